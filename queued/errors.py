@@ -1,0 +1,52 @@
+"""queued's exception hierarchy and the exit codes the master and workers agree on."""
+from __future__ import annotations
+
+#: Exit statuses. A worker that exits with WORKER_BOOT_ERROR failed before it could run
+#: any job; the master backs off before respawning it. APP_LOAD_ERROR from the master
+#: means the job code could not be imported at all: respawning cannot help.
+EXIT_OK = 0
+EXIT_CONFIG_ERROR = 2
+WORKER_BOOT_ERROR = 3
+APP_LOAD_ERROR = 4
+EXIT_REDIS_ERROR = 5
+
+
+class QueuedError(Exception):
+    """Base class for queued's own errors."""
+
+
+class ConfigError(QueuedError):
+    """A bad config file or command line. The message names the key and the file."""
+
+
+class AppLoadError(QueuedError):
+    """The job code named by ``require`` could not be imported."""
+
+
+class PayloadError(QueuedError):
+    """A queue element that is not a usable Sidekiq job (bad JSON, wrong shape)."""
+
+
+class UnknownJobClass(QueuedError):
+    """The payload names a job class that is not registered in this process."""
+
+
+class JobTimeout(BaseException):
+    """Raised inside a job by SIGALRM when it runs past its timeout.
+
+    Derived from BaseException so ``except Exception`` in job code cannot swallow it.
+    The failure path treats it as an ordinary failure (retry or dead).
+    """
+
+
+class WorkerKilled(QueuedError):
+    """Recorded as the error of a job whose worker process died under it (poison pill)."""
+
+
+class HaltMaster(BaseException):
+    """Unwinds the master loop with an exit status."""
+
+    def __init__(self, reason: str, exit_status: int):
+        super().__init__(reason)
+        self.reason = reason
+        self.exit_status = exit_status

@@ -1,0 +1,92 @@
+"""Every Redis key name queued reads or writes, in one place.
+
+Sidekiq's keys keep Sidekiq's names exactly (SIDEKIQ_FORMAT.md section 1) so Ruby and PHP
+producers and Sidekiq's own tools keep working. queued's own keys all start with ``queued:`` so
+no Sidekiq tool trips over them. A namespace, when configured, prefixes every key the way
+redis-namespace does for Ruby (``NS:queue:default``).
+
+This module owns names only; which module writes each key is noted beside it.
+"""
+from __future__ import annotations
+
+import time
+
+
+class Keys:
+    """Key names under one optional namespace. Cheap to build; immutable."""
+
+    __slots__ = ("ns",)
+
+    def __init__(self, namespace: str | None = None):
+        self.ns = f"{namespace}:" if namespace else ""
+
+    # --- Sidekiq's keys -------------------------------------------------------------------
+    @property
+    def queues(self) -> str:  # set of queue names; client.py SADDs
+        return self.ns + "queues"
+
+    def queue(self, name: str) -> str:  # list; client LPUSHes, fetch.py pops the right end
+        return f"{self.ns}queue:{name}"
+
+    def queue_name(self, key: str) -> str:
+        """Inverse of queue(): ``NS:queue:low`` -> ``low``."""
+        return key[len(self.ns) + len("queue:"):]
+
+    @property
+    def schedule(self) -> str:  # zset; client.py adds, scheduler.py moves due jobs
+        return self.ns + "schedule"
+
+    @property
+    def retry(self) -> str:  # zset; retry.py (via fetch.fail) adds, scheduler.py moves
+        return self.ns + "retry"
+
+    @property
+    def dead(self) -> str:  # zset; retry.py (via fetch.fail) adds and trims
+        return self.ns + "dead"
+
+    def stat(self, name: str, day: str | None = None) -> str:  # heartbeat.py INCRBYs
+        return f"{self.ns}stat:{name}:{day}" if day else f"{self.ns}stat:{name}"
+
+    @staticmethod
+    def utc_day(now: float | None = None) -> str:
+        return time.strftime("%Y-%m-%d", time.gmtime(now if now is not None else time.time()))
+
+    @property
+    def processes(self) -> str:  # set of identities; heartbeat.py
+        return self.ns + "processes"
+
+    def process(self, identity: str) -> str:  # hash info/busy/beat/...; heartbeat.py
+        return self.ns + identity
+
+    def workers(self, identity: str) -> str:  # hash of running jobs; heartbeat.py
+        return f"{self.ns}{identity}:workers"
+
+    def signals(self, identity: str) -> str:  # list of remote signals; heartbeat.py RPOPs
+        return f"{self.ns}{identity}-signals"
+
+    # --- queued's own keys ----------------------------------------------------------------
+    def reserved(self, identity: str, slot: int) -> str:
+        """zset of jobs one worker slot holds; member ``queue NUL token NUL payload``,
+        score = Redis time of reservation. Written only by the Lua scripts in fetch.py."""
+        return f"{self.ns}queued:reserved:{identity}:{slot}"
+
+    def landing(self, identity: str, slot: int, queue: str) -> str:
+        """list a blocked worker BLMOVEs one job into, one per (slot, queue) so recovery
+        knows which queue a landed job came from without parsing it."""
+        return f"{self.ns}queued:landing:{identity}:{slot}:{queue}"
+
+    @property
+    def masters(self) -> str:  # hash identity -> JSON {slots, queues}; recovery.py
+        return self.ns + "queued:masters"
+
+    def lease(self, identity: str) -> str:
+        """string with a PX TTL (Redis's clock) renewed by the master's heartbeat; while it
+        exists none of that master's reservations is recovered by anyone else."""
+        return f"{self.ns}queued:lease:{identity}"
+
+    def crashes(self, jid: str) -> str:  # int, TTL; how often this jid killed its worker
+        return f"{self.ns}queued:crashes:{jid}"
+
+    @property
+    def scheduler_leader(self) -> str:  # string identity, PX TTL; scheduler.py
+        return self.ns + "queued:scheduler-leader"

@@ -1,0 +1,73 @@
+"""Middleware chains: an onion around every push (client) and every job run (server).
+
+An entry is a class plus constructor arguments; a fresh instance is made for each job, so no
+state leaks from one job to the next. A middleware is called as
+``mw(job, msg, queue, call_next)`` and must return ``call_next()`` to go on (or return
+without calling it to stop the chain: a client middleware that does so cancels the push).
+``job`` is the job instance on the server side and the job class name on the client side.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+class Chain:
+    def __init__(self) -> None:
+        self._entries: list[tuple[type, tuple, dict]] = []
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self):
+        return (cls for cls, _, _ in self._entries)
+
+    def _index(self, cls: type) -> int:
+        for i, (c, _, _) in enumerate(self._entries):
+            if c is cls:
+                return i
+        raise ValueError(f"{cls.__name__} is not in the chain")
+
+    def _drop(self, cls: type) -> None:
+        self._entries = [e for e in self._entries if e[0] is not cls]
+
+    def add(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        """Append (or move to the end, with new arguments, if already present)."""
+        self._drop(cls)
+        self._entries.append((cls, args, kwargs))
+
+    def prepend(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        self._drop(cls)
+        self._entries.insert(0, (cls, args, kwargs))
+
+    def insert_before(self, old: type, cls: type, *args: Any, **kwargs: Any) -> None:
+        self._drop(cls)
+        self._entries.insert(self._index(old), (cls, args, kwargs))
+
+    def insert_after(self, old: type, cls: type, *args: Any, **kwargs: Any) -> None:
+        self._drop(cls)
+        self._entries.insert(self._index(old) + 1, (cls, args, kwargs))
+
+    def remove(self, cls: type) -> None:
+        self._drop(cls)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def invoke(self, job: Any, msg: dict, queue: str, final: Callable[[], Any]) -> Any:
+        """Run ``final`` inside every middleware, first-added outermost."""
+        if not self._entries:
+            return final()
+        instances = [cls(*a, **kw) for cls, a, kw in self._entries]
+
+        def step(i: int) -> Any:
+            if i == len(instances):
+                return final()
+            return instances[i](job, msg, queue, lambda: step(i + 1))
+
+        return step(0)
+
+
+#: Runs around every push made by queued's client (client.py).
+client_middleware = Chain()
+#: Runs around every job a worker performs (worker.py).
+server_middleware = Chain()

@@ -1,0 +1,103 @@
+"""Shared fixtures: a real redis-server on a free loopback port, started once per session.
+
+Locally a missing redis-server skips the tests that need it; under CI (``CI`` set) it is an
+error, because a skipped test proves nothing.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import redis as redis_lib
+
+IN_CI = bool(os.environ.get("CI"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_redis_server() -> str | None:
+    for cand in (os.environ.get("QUEUED_TEST_REDIS_SERVER"), "/usr/bin/redis-server",
+                 shutil.which("redis-server")):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+class RedisServer:
+    """One redis-server process this test session owns (stopped by PID at the end)."""
+
+    def __init__(self, binary: str, extra: tuple[str, ...] = ()):
+        self.binary = binary
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="queued-test-redis-")
+        self.extra = extra
+        self.proc: subprocess.Popen | None = None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", self.dir, "--save", "", "--appendonly", "no",
+                "--daemonize", "no", "--loglevel", "warning", *self.extra]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis_lib.Redis(port=self.port, socket_timeout=1)
+        deadline = time.time() + 10
+        while True:
+            try:
+                client.ping()
+                return
+            except redis_lib.ConnectionError:
+                if time.time() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"redis-server on port {self.port} did not start")
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    binary = find_redis_server()
+    if binary is None:
+        if IN_CI:
+            pytest.fail("redis-server is not installed; CI must install it (scripts/test does)")
+        pytest.skip("redis-server not installed (CI installs it and runs these tests)")
+    server = RedisServer(binary)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server):
+    client = redis_lib.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    return redis_server.url
+
+
+@pytest.fixture
+def r(redis_url):
+    """A raw client (bytes in, bytes out) on a freshly flushed Redis."""
+    client = redis_lib.Redis.from_url(redis_url)
+    yield client
+    client.close()
