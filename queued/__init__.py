@@ -1,2 +1,21 @@
-"""queued: a prefork daemon that runs Sidekiq-format jobs from Redis and never loses one."""
+"""queued: a prefork daemon that runs Sidekiq-format jobs from Redis and never loses one.
+
+Producer and job API::
+
+    import queued
+
+    class HardWorker(queued.Job):
+        queued_options = {"queue": "critical", "retry": 5, "timeout": 30}
+        def perform(self, name, count): ...
+
+    HardWorker.perform_async("bob", 5)
+"""
 __version__ = "0.1.0"
+
+from .client import Client, configure, default_client, get_redis  # noqa: E402
+from .errors import JobTimeout, QueuedError  # noqa: E402
+from .job import Job, job, registry  # noqa: E402
+from .middleware import client_middleware, server_middleware  # noqa: E402
+
+__all__ = ["Job", "job", "registry", "Client", "configure", "default_client", "get_redis",
+           "client_middleware", "server_middleware", "JobTimeout", "QueuedError", "__version__"]

@@ -1,0 +1,113 @@
+"""``queued -C sidekiq.yml``: parse, load the job code once, run the master, map errors to
+exit codes. Thin on purpose; everything it calls is tested on its own."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+import traceback
+
+from . import __version__, config as config_mod
+from . import client, log as logsetup
+from .errors import APP_LOAD_ERROR, EXIT_CONFIG_ERROR, AppLoadError, ConfigError, QueuedError
+
+log = logging.getLogger("queued")
+
+
+def load_app(requires, base_dir: str) -> None:
+    """Import each ``-r`` target once, in the master, before any fork (so workers share the
+    code copy-on-write). A file path, a package directory or a dotted module name."""
+    if base_dir not in sys.path:
+        sys.path.insert(0, base_dir)
+    for target in requires:
+        try:
+            _import(target, base_dir)
+        except BaseException as e:  # noqa: BLE001 - any error in job code is a load error
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            frame = traceback.extract_tb(e.__traceback__)[-1:] or [None]
+            where = f" ({frame[0].filename}:{frame[0].lineno})" if frame[0] else ""
+            log.debug("loading %s failed", target, exc_info=True)
+            raise AppLoadError(f"cannot load job code {target!r}: "
+                               f"{type(e).__name__}: {e}{where}") from None
+
+
+def _import(target: str, base_dir: str) -> None:
+    path = target if os.path.isabs(target) else os.path.join(base_dir, target)
+    if os.path.isdir(path):
+        if not os.path.exists(os.path.join(path, "__init__.py")):
+            raise AppLoadError(f"{target} is a directory without __init__.py")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+        importlib.import_module(os.path.basename(os.path.normpath(path)))
+    elif target.endswith(".py") or os.path.isfile(path):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no such file: {path}")
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        name = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    else:
+        importlib.import_module(target)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"queued: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = config_mod.build_parser().parse_args(argv)
+    if args.version:
+        print(f"queued {__version__}")
+        return 0
+    try:
+        cfg = config_mod.from_args(args)
+    except ConfigError as e:
+        return _fail(str(e), EXIT_CONFIG_ERROR)
+    logsetup.setup(cfg.log_level, cfg.logfile)
+    base_dir = os.path.dirname(os.path.abspath(cfg.config_file)) if cfg.config_file else os.getcwd()
+    embedded = None
+    try:
+        if cfg.embedded_redis:
+            from .embedded import EmbeddedRedis
+            embedded = EmbeddedRedis(cfg.embedded_redis)
+            cfg = dataclasses.replace(cfg, redis_url=embedded.start())
+            log.info("embedded Redis pid=%d at %s", embedded.pid, embedded.url)
+        # Producers inside jobs (and the job code's own get_redis()) use the daemon's Redis.
+        client.configure(url=cfg.redis_url, namespace=cfg.namespace)
+        load_app(cfg.require, base_dir)
+        return _run(cfg)
+    except AppLoadError as e:
+        return _fail(str(e), APP_LOAD_ERROR)
+    except (ConfigError, QueuedError) as e:
+        return _fail(str(e), EXIT_CONFIG_ERROR)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+def _run(cfg) -> int:
+    from .job import registry
+    from .master import Master
+    if not registry.names():
+        log.warning("no job classes are registered; pass the job code with -r or :require:")
+    else:
+        log.info("jobs: %s", ", ".join(sorted(registry.names())))
+    if cfg.pidfile:
+        with open(cfg.pidfile, "w") as f:
+            f.write(f"{os.getpid()}\n")
+    try:
+        return Master(cfg).run()
+    finally:
+        if cfg.pidfile:
+            try:
+                os.unlink(cfg.pidfile)
+            except OSError:
+                pass

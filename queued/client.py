@@ -1,0 +1,254 @@
+"""Pushing jobs: Sidekiq::Client 6.4's normalize_item/push/push_bulk, byte for byte.
+
+This module owns what a producer writes (SIDEKIQ_FORMAT.md sections 2-3): ``SADD queues`` +
+``LPUSH queue:<q>`` in one non-transactional pipeline, or ``ZADD schedule`` for a future ``at``
+(member without ``at`` and without ``enqueued_at``). Payload keys come in the order Sidekiq
+writes them: ``retry, queue, <class payload options>, <the item's own keys>, jid, created_at,
+enqueued_at``. It also owns the process-wide default client, which producers and job code
+share with the daemon (``configure()``/``default_client()``/``get_redis()``).
+
+Departures from Sidekiq, on purpose: ``push`` with an ``at`` that is not in the future goes
+straight to the queue (Sidekiq's Client.push would ZADD it for the poller; perform_in already
+does this); a middleware that does not call ``call_next()`` cancels the push whatever it
+returns; ``push_bulk`` groups jobs by queue if a middleware moved some, and writes at most
+``batch_size`` jobs per command.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Iterable
+
+import redis as redis_lib
+
+from .keys import Keys
+from .middleware import Chain, client_middleware
+from .payload import dumps, new_jid
+
+#: The clock every push reads (created_at, enqueued_at, at <= now). Tests may replace it.
+clock = time.time
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+BULK_BATCH = 1000
+_RETRYABLE = ("READONLY", "NOREPLICAS", "UNBLOCKED")  # Sidekiq reconnects once on these
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _rb_falsy(v: Any) -> bool:
+    """Ruby truthiness: only nil and false are false (0 and "" are true)."""
+    return v is None or v is False
+
+
+def _class_defaults(klass: Any) -> tuple[str, dict[str, Any]]:
+    """(name, default payload keys) for ``class``: a name uses Sidekiq's default options (the
+    class need not exist here, as in Ruby); a Job class (or @job function) its own options."""
+    if isinstance(klass, str):
+        if not klass:
+            raise ValueError('job "class" must not be empty')
+        return klass, {"retry": True, "queue": "default"}
+    klass = getattr(klass, "job_class", klass)
+    if isinstance(klass, type) and hasattr(klass, "payload_defaults"):
+        if not klass.queued_name:
+            raise ValueError(f"{klass.__qualname__} is abstract and cannot be pushed")
+        return klass.queued_name, klass.payload_defaults()
+    raise ValueError(f'job "class" must be a queued.Job subclass or a class name, not {klass!r}')
+
+
+class Client:
+    """Pushes Sidekiq payloads through one redis-py client (bytes responses)."""
+
+    def __init__(self, redis: redis_lib.Redis | None = None, *, url: str | None = None,
+                 namespace: str | None = None):
+        if redis is None:
+            redis = redis_lib.Redis.from_url(url or os.environ.get("REDIS_URL") or DEFAULT_URL)
+        self.redis = redis
+        self.namespace = namespace
+        self.keys = Keys(namespace)
+        #: The chain every push runs through; replace it for a client of your own.
+        self.middleware: Chain = client_middleware
+
+    def __repr__(self) -> str:
+        return f"<queued.Client {self.redis!r} namespace={self.namespace!r}>"
+
+    # --- building payloads ---
+    def normalize(self, item: Mapping) -> dict:
+        """Sidekiq's validate + normalize_item: a new dict, the caller's item untouched."""
+        if not isinstance(item, Mapping) or "class" not in item or "args" not in item:
+            raise ValueError(f'a job must be a dict with "class" and "args" keys: {item!r}')
+        bad = [k for k in item if not isinstance(k, str)]
+        if bad:
+            raise ValueError(f"job keys must be strings, not {bad[0]!r}")
+        if not isinstance(item["args"], list):
+            raise ValueError(f'job "args" must be a list, not {type(item["args"]).__name__}')
+        if "at" in item and not _is_number(item["at"]):
+            raise ValueError(f'job "at" must be a numeric epoch, not {item["at"]!r}')
+        if not _rb_falsy(item.get("tags")) and not isinstance(item["tags"], list):
+            raise ValueError(f'job "tags" must be a list, not {item["tags"]!r}')
+        name, defaults = _class_defaults(item["class"])
+        msg = {**defaults, **item}  # Ruby's Hash#merge: default keys first, values overridden
+        if not isinstance(msg["queue"], str) or not msg["queue"]:
+            raise ValueError(f'job "queue" must be a non-empty string, not {msg["queue"]!r}')
+        msg["class"] = name
+        msg["args"] = list(msg["args"])
+        if _rb_falsy(msg.get("jid")):
+            msg["jid"] = new_jid()
+        if _rb_falsy(msg.get("created_at")):
+            msg["created_at"] = clock()
+        return msg
+
+    def _run_middleware(self, msg: dict) -> bool:
+        """True if the chain reached the end (the push goes ahead); msg may be changed."""
+        reached = False
+
+        def final() -> dict:
+            nonlocal reached
+            reached = True
+            return msg
+
+        self.middleware.invoke(msg["class"], msg, msg["queue"], final)
+        return reached
+
+    # --- pushing ---
+    def push(self, item: Mapping) -> str | None:
+        """Push one job; its jid, or None if a middleware cancelled it."""
+        msg = self.normalize(item)
+        if not self._run_middleware(msg):
+            return None
+        self._write([msg], clock())
+        return msg["jid"]
+
+    def push_bulk(self, item: Mapping, *, batch_size: int = BULK_BATCH) -> list[str]:
+        """Sidekiq's push_bulk: ``args`` is a list of argument lists, ``at`` one epoch or one
+        per job. All jobs share created_at and enqueued_at; each gets its own jid. One SADD +
+        one variadic LPUSH (or ZADD) per ``batch_size`` jobs. Returns the pushed jids."""
+        if not isinstance(item, Mapping):
+            raise ValueError(f"push_bulk takes a dict, not {type(item).__name__}")
+        args = item.get("args")
+        if not isinstance(args, list) or not all(isinstance(a, list) for a in args):
+            raise ValueError("bulk arguments must be a list of lists: [[1], [2]]")
+        if not _is_number(batch_size) or batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, not {batch_size!r}")
+        if not args:
+            return []
+        item = dict(item)
+        at = item.pop("at", None)
+        ats = at if isinstance(at, list) else None
+        if ats is not None:
+            if not ats or not all(map(_is_number, ats)):
+                raise ValueError('job "at" must be a number or a non-empty list of numbers')
+            if len(ats) != len(args):
+                raise ValueError(f'"at" has {len(ats)} entries for {len(args)} jobs')
+        elif at is not None and not _is_number(at):
+            raise ValueError('job "at" must be a number or a non-empty list of numbers')
+        normed = self.normalize(item)
+        now = clock()
+        jids: list[str] = []
+        for start in range(0, len(args), batch_size):
+            payloads = []
+            for i in range(start, min(start + batch_size, len(args))):
+                msg = dict(normed)
+                msg["args"] = list(args[i])
+                msg["jid"] = new_jid()
+                if at is not None:
+                    msg["at"] = ats[i] if ats is not None else at
+                if self._run_middleware(msg):
+                    payloads.append(msg)
+            if payloads:
+                self._write(payloads, now)
+                jids.extend(m["jid"] for m in payloads)
+        return jids
+
+    def push_raw(self, queue: str, payload: str | bytes) -> None:
+        """SADD queues + LPUSH the exact bytes given (hand-written producers, tests)."""
+        if not isinstance(queue, str) or not queue:
+            raise ValueError(f"queue must be a non-empty string, not {queue!r}")
+
+        def fill(pipe: Any) -> None:
+            pipe.sadd(self.keys.queues, queue)
+            pipe.lpush(self.keys.queue(queue), payload)
+
+        self._pipeline(fill)
+
+    def _write(self, payloads: Iterable[dict], now: float) -> None:
+        """One pipeline: a future ``at`` -> ZADD schedule (no at, no enqueued_at); everything
+        else -> SADD queues + LPUSH queue:<q> with enqueued_at = now."""
+        queued: dict[str, list[str]] = {}
+        scheduled: dict[str, float] = {}
+        for msg in payloads:
+            at = msg.pop("at", None)
+            if _is_number(at) and at > now:
+                scheduled[dumps(msg)] = at
+            else:
+                msg["enqueued_at"] = now
+                queued.setdefault(msg["queue"], []).append(dumps(msg))
+
+        def fill(pipe: Any) -> None:
+            if queued:
+                pipe.sadd(self.keys.queues, *queued)
+                for queue, jobs in queued.items():
+                    pipe.lpush(self.keys.queue(queue), *jobs)
+            if scheduled:
+                pipe.zadd(self.keys.schedule, scheduled)
+
+        self._pipeline(fill)
+
+    def _pipeline(self, fill: Any) -> list:
+        """Run the commands ``fill`` adds in one non-transactional pipeline, as Sidekiq does;
+        like Sidekiq, reconnect and try once more after a failover error."""
+        for attempt in (1, 2):
+            pipe = self.redis.pipeline(transaction=False)
+            fill(pipe)
+            try:
+                return pipe.execute()
+            except redis_lib.ResponseError as e:  # ReadOnlyError is one
+                failover = isinstance(e, redis_lib.ReadOnlyError) or str(e).startswith(_RETRYABLE)
+                if attempt == 2 or not failover:
+                    raise
+                self.redis.connection_pool.disconnect()
+        raise AssertionError("unreachable")
+
+
+# --- the process-wide default client -----------------------------------------------------------
+#
+# The daemon calls configure(url=..., namespace=...) in the master before forking. That is safe:
+# redis-py's ConnectionPool remembers the pid that created it and, on first use in a forked
+# child, drops the inherited connections without touching their sockets (ConnectionPool.
+# _checkpid -> reset()), so a child never shares a socket with its parent
+# (tests/test_client.py::test_default_client_survives_fork checks this).
+
+_default: Client | None = None
+_default_lock = threading.Lock()
+
+
+def configure(*, url: str | None = None, namespace: str | None = None,
+              redis: redis_lib.Redis | None = None) -> Client:
+    """Set (and return) the default client every ``Job.perform_*`` pushes through."""
+    global _default
+    new = Client(redis, url=url, namespace=namespace)
+    with _default_lock:
+        _default = new
+    return new
+
+
+def default_client() -> Client:
+    """The default client; made on first use from ``REDIS_URL`` (else
+    redis://127.0.0.1:6379/0), no namespace, unless ``configure()`` was called."""
+    global _default
+    c = _default
+    if c is None:
+        with _default_lock:
+            if _default is None:
+                _default = Client()
+            c = _default
+    return c
+
+
+def get_redis() -> redis_lib.Redis:
+    """The redis-py client of the default client: inside a job, the same server the daemon
+    fetched the job from. For the job's own keys (no namespace is applied to them)."""
+    return default_client().redis

@@ -1,0 +1,64 @@
+"""Redis clients and the Lua script registry.
+
+Every process makes its own clients after fork (a socket shared between processes would
+interleave replies). Scripts are called with EVALSHA and fall back to EVAL on NOSCRIPT, which
+happens after a Redis restart or SCRIPT FLUSH.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Sequence
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+_LUA_DIR = os.path.join(os.path.dirname(__file__), "lua")
+
+#: Seconds a command may take before the socket read gives up. Blocking fetches add their
+#: own block time on top (see fetch.py).
+SOCKET_TIMEOUT = 10.0
+
+
+def make_redis(url: str, *, socket_timeout: float | None = SOCKET_TIMEOUT, name: str | None = None,
+               **kwargs: Any) -> redis.Redis:
+    """A bytes-in, bytes-out client (payloads are compared byte for byte).
+
+    redis-py's own silent retries are turned off: re-sending a script that popped a job after
+    a lost reply would reserve it twice. Callers retry with their own backoff and logging.
+    """
+    return redis.Redis.from_url(
+        url, socket_timeout=socket_timeout, socket_connect_timeout=5.0,
+        health_check_interval=0, client_name=name, retry=Retry(NoBackoff(), 0), **kwargs)
+
+
+class Script:
+    """One Lua file, loaded lazily, run by SHA."""
+
+    def __init__(self, name: str):
+        with open(os.path.join(_LUA_DIR, name + ".lua"), "rb") as f:
+            self.source = f.read()
+        self.name = name
+        self.sha = hashlib.sha1(self.source).hexdigest()
+
+    def __call__(self, client: redis.Redis, keys: Sequence, args: Sequence = ()) -> Any:
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return client.eval(self.source, len(keys), *keys, *args)
+
+    def command(self, keys: Sequence, args: Sequence = ()) -> tuple:
+        """The raw EVALSHA command, for write-behind use on a bare connection."""
+        return ("EVALSHA", self.sha, len(keys), *keys, *args)
+
+    def eval_command(self, keys: Sequence, args: Sequence = ()) -> tuple:
+        return ("EVAL", self.source, len(keys), *keys, *args)
+
+
+RESERVE = Script("reserve")
+FAIL = Script("fail")
+REQUEUE = Script("requeue")
+DUE = Script("due")
+ENQUEUE_DUE = Script("enqueue_due")
+RENEW_LEADER = Script("renew_leader")

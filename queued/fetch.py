@@ -1,0 +1,187 @@
+"""Reliable fetch, the worker's side: reserve, block, ack and fail.
+
+A worker slot owns two kinds of keys (keys.py): a reserved zset holding the jobs it has taken,
+and one landing list per queue that an idle worker BLMOVEs into. A job is always in a queue,
+a landing list, the reserved zset, or (after a failure) retry/dead: never only in memory. So
+when the worker dies, the master puts everything the slot holds back (recovery.py).
+
+Round trips are the cost of a job, so:
+- one reserve call takes up to ``batch`` jobs (grown while jobs are short and the queue is deep,
+  see Worker), so a deep queue costs well under one round trip per job;
+- acks are written behind: the ZREM is sent and its reply read before the next call on this
+  connection, so a job's ack never waits for Redis. Redis applies commands in order, so the
+  ack lands before anything the worker does next.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from typing import NamedTuple, Sequence
+
+import redis
+
+from . import connection
+from .connection import FAIL, RESERVE
+from .keys import Keys
+
+log = logging.getLogger("queued.fetch")
+
+
+class Reservation(NamedTuple):
+    member: bytes   # exact bytes in the reserved zset (ack and fail remove exactly these)
+    queue: str      # the queue the job was taken from (Sidekiq: this, not payload["queue"])
+    payload: bytes  # the job JSON exactly as the producer wrote it
+
+
+def split_member(member: bytes) -> tuple[str, bytes]:
+    """``queue NUL token NUL payload`` -> (queue, payload)."""
+    a = member.index(b"\0")
+    b = member.index(b"\0", a + 1)
+    return member[:a].decode("utf-8", "replace"), member[b + 1:]
+
+
+def fetch_orders(names: Sequence[str], weighted: Sequence[str], strict: bool, n: int,
+                 rng: random.Random) -> list[int]:
+    """Queue orders for n fetches as 1-based indexes into ``names``, flattened.
+
+    Strict: one fixed order (the script reuses it). Weighted: Sidekiq's ``shuffle.uniq`` of
+    the weight-expanded list, drawn afresh for every job.
+    """
+    index = {name: i + 1 for i, name in enumerate(names)}
+    if strict or len(names) == 1:
+        return list(range(1, len(names) + 1))
+    out: list[int] = []
+    for _ in range(n):
+        pool = list(weighted)
+        rng.shuffle(pool)
+        out.extend(index[q] for q in dict.fromkeys(pool))
+    return out
+
+
+class Fetcher:
+    def __init__(self, url: str, keys: Keys, identity: str, slot: int, queues: Sequence[str],
+                 weighted: Sequence[str], strict: bool, block_seconds: float,
+                 dead_timeout: int, dead_max_jobs: int):
+        self.keys = keys
+        self.slot = slot
+        self.queues = tuple(queues)
+        self.weighted = tuple(weighted)
+        self.strict = strict
+        self.block_seconds = block_seconds
+        self.dead_timeout = dead_timeout
+        self.dead_max_jobs = dead_max_jobs
+        self.reserved_key = keys.reserved(identity, slot)
+        self.queue_keys = [keys.queue(q) for q in self.queues]
+        self.landings = {q: keys.landing(identity, slot, q) for q in self.queues}
+        # Idle workers spread over the queues, so with as many workers as queues a new job on
+        # any queue wakes someone at once; the others are found by the next reserve.
+        self.block_queue = self.queues[slot % len(self.queues)]
+        self.rng = random.Random()
+        self.redis = connection.make_redis(url, socket_timeout=block_seconds + connection.SOCKET_TIMEOUT,
+                                           name=f"queued-worker-{slot}")
+        self._conn = None
+        self._pending: list[bytes] = []   # acks sent, replies not yet read
+        self._unsent: list[bytes] = []    # acks to send again after a connection error
+
+    # --- the dedicated connection ---------------------------------------------------------
+    def _connection(self):
+        if self._conn is None:
+            self._conn = self.redis.connection_pool.get_connection()
+            for member in self._unsent:
+                self._send_ack(member)
+            self._unsent = []
+        return self._conn
+
+    def _send_ack(self, member: bytes) -> None:
+        self._pending.append(member)  # first, so a failed send is retried (reset_connection)
+        self._conn.send_command("ZREM", self.reserved_key, member)
+
+    def _drain(self) -> None:
+        while self._pending:
+            member = self._pending[0]
+            if self._conn.read_response() == 0:
+                _, payload = split_member(member)
+                log.warning("ack found no reservation (it was recovered after a lease expiry "
+                            "and may run again): %.200s", payload.decode("utf-8", "replace"))
+            self._pending.pop(0)
+
+    def _call(self, *args):
+        conn = self._connection()
+        try:
+            self._drain()
+            conn.send_command(*args)
+            return conn.read_response()
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            self.reset_connection()
+            raise
+
+    def reset_connection(self) -> None:
+        """Drop the connection after an error or an interrupted blocking read. Acks whose
+        replies never came are sent again on the next connection (ZREM is idempotent)."""
+        self._unsent = self._unsent + self._pending
+        self._pending = []
+        if self._conn is not None:
+            try:
+                self._conn.disconnect()
+            finally:
+                self._conn = None
+
+    def _script(self, script, keys, args):
+        try:
+            return self._call(*script.command(keys, args))
+        except redis.exceptions.NoScriptError:
+            return self._call(*script.eval_command(keys, args))
+
+    # --- operations -------------------------------------------------------------------------
+    def reserve(self, n: int, landing_queue: str | None = None) -> list[Reservation]:
+        """Take up to n jobs (and whatever a blocking fetch landed) without blocking."""
+        landing_queue = landing_queue or self.block_queue
+        keys = [self.reserved_key, self.landings[landing_queue], *self.queue_keys]
+        args = [n, len(self.queues), landing_queue, *self.queues,
+                *fetch_orders(self.queues, self.weighted, self.strict, n, self.rng)]
+        members = self._script(RESERVE, keys, args)
+        return [Reservation(m, *split_member(m)) for m in members]
+
+    def block(self) -> bool:
+        """Wait for a job on this slot's queue; True when one landed. BLMOVE keeps it in Redis
+        (the landing list) the whole time, so nothing is lost if the worker dies now."""
+        q = self.block_queue
+        got = self._call("BLMOVE", self.keys.queue(q), self.landings[q], "RIGHT", "LEFT",
+                          self.block_seconds)
+        return got is not None
+
+    def ack(self, res: Reservation) -> None:
+        """Send the ack without waiting for it. If Redis is away it is kept and sent on the
+        next connection; the job stays reserved (never lost) until then."""
+        try:
+            self._connection()
+            self._send_ack(res.member)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            self.reset_connection()
+            if res.member not in self._unsent:
+                self._unsent.append(res.member)
+
+    def flush(self) -> None:
+        """Read outstanding ack replies (before exit, so none is left unsent)."""
+        if self._conn is not None:
+            try:
+                self._drain()
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                self.reset_connection()
+                raise
+
+    def fail(self, res: Reservation, kind: str, score: float, payload: str | bytes) -> bool:
+        """Move a failed job to retry or dead (or drop it) and release it, atomically."""
+        target = self.keys.retry if kind == "retry" else self.keys.dead
+        args = [res.member, kind, repr(float(score)), payload,
+                repr(score - self.dead_timeout), self.dead_max_jobs]
+        return self._script(FAIL, [self.reserved_key, target], args) == 1
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        except Exception:  # noqa: BLE001 - closing after Redis went away: the master recovers
+            pass
+        if self._conn is not None:
+            self._conn.disconnect()
+            self._conn = None

@@ -1,0 +1,125 @@
+"""The master's heartbeat: Sidekiq's process record, batched stats, the lease, remote signals.
+
+Every ``heartbeat_interval`` (5 s, as Sidekiq 6) the master writes, in one MULTI:
+- ``stat:processed``/``stat:failed`` and their UTC-dated twins (5-year TTL), by the number of
+  jobs the workers finished since the last beat (read from the slot table, never a Redis
+  write per job);
+- ``<identity>:workers``: one field per busy worker, ``{"queue","payload","run_at"}``;
+- ``processes`` + the ``<identity>`` hash (info, busy, beat, rtt_us, quiet, rss), 60 s TTL;
+- the master's lease (recovery.py), and an RPOP of ``<identity>-signals`` so Sidekiq's Web UI
+  and API can quiet or stop this process.
+So Sidekiq's Web UI, ``Sidekiq::ProcessSet`` and ``Sidekiq::Stats`` see queued as one of theirs.
+A failed beat is logged by the caller and its counts go out with the next one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Sequence
+
+import psutil
+import redis
+
+from . import __version__
+from .keys import Keys
+from .log import pid_tag
+from .slots import SlotView
+
+#: TTL of the process record and of the dated stat keys (Sidekiq's values).
+PROCESS_TTL = 60
+STAT_TTL = 5 * 365 * 24 * 3600
+
+
+def new_identity() -> str:
+    """``hostname:pid:nonce`` (Sidekiq's shape; DYNO wins on Heroku like Sidekiq)."""
+    host = os.environ.get("DYNO") or socket.gethostname()
+    return f"{host}:{os.getpid()}:{os.urandom(6).hex()}"
+
+
+class Heartbeat:
+    def __init__(self, r: redis.Redis, keys: Keys, identity: str, config, started_at: float):
+        self.r = r
+        self.keys = keys
+        self.identity = identity
+        self.config = config
+        self.info = json.dumps({
+            "hostname": identity.rsplit(":", 2)[0], "started_at": started_at,
+            "pid": os.getpid(), "tag": config.tag, "concurrency": config.concurrency,
+            "queues": list(config.queue_names), "labels": list(config.labels),
+            "identity": identity, "version": __version__,
+        }, separators=(",", ":"))
+        self.sent = (0, 0)  # processed, failed already flushed to stat:*
+
+    def _counts(self, views: Sequence[SlotView]) -> tuple[int, int]:
+        return sum(v.processed for v in views), sum(v.failed for v in views)
+
+    def _stats(self, pipe, views: Sequence[SlotView], now: float) -> tuple[int, int]:
+        total = self._counts(views)
+        day = Keys.utc_day(now)
+        for name, n in (("processed", total[0] - self.sent[0]), ("failed", total[1] - self.sent[1])):
+            pipe.incrby(self.keys.stat(name), n)
+            pipe.incrby(self.keys.stat(name, day), n)
+            pipe.expire(self.keys.stat(name, day), STAT_TTL)
+        return total
+
+    def _running(self, views: Sequence[SlotView]) -> dict[str, str]:
+        busy = [v for v in views if v.busy]
+        if not busy:
+            return {}
+        pipe = self.r.pipeline(transaction=False)
+        for v in busy:
+            pipe.zrange(self.keys.reserved(self.identity, v.slot), 0, 0)
+        out = {}
+        for v, members in zip(busy, pipe.execute()):
+            raw = members[0].split(b"\0", 2)[2] if members else b"{}"
+            out[pid_tag(v.pid)] = json.dumps({
+                "queue": v.queue, "payload": raw.decode("utf-8", "replace"),
+                "run_at": int(v.started_at)}, separators=(",", ":"), ensure_ascii=False)
+        return out
+
+    def _rss_kb(self, views: Sequence[SlotView]) -> int:
+        total = 0
+        for pid in [os.getpid()] + [v.pid for v in views if v.pid]:
+            try:
+                total += psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                pass
+        return total // 1024
+
+    def beat(self, views: Sequence[SlotView], quiet: bool, lease_ms: int) -> str | None:
+        """Write one beat; return a remote signal name (TSTP, TERM, TTIN) if one was queued."""
+        t0 = time.perf_counter()
+        self.r.ping()
+        rtt_us = int((time.perf_counter() - t0) * 1e6)
+        running = self._running(views)
+        now = time.time()
+        ident, k = self.identity, self.keys
+        pipe = self.r.pipeline(transaction=True)
+        total = self._stats(pipe, views, now)
+        pipe.unlink(k.workers(ident))
+        if running:
+            pipe.hset(k.workers(ident), mapping=running)
+            pipe.expire(k.workers(ident), PROCESS_TTL)
+        pipe.sadd(k.processes, ident)
+        pipe.hset(k.process(ident), mapping={
+            "info": self.info, "busy": str(len(running)), "beat": repr(now),
+            "rtt_us": str(rtt_us), "quiet": "true" if quiet else "false",
+            "rss": str(self._rss_kb(views))})
+        pipe.expire(k.process(ident), PROCESS_TTL)
+        pipe.set(k.lease(ident), "1", px=lease_ms)
+        pipe.rpop(k.signals(ident))
+        result = pipe.execute()
+        self.sent = total
+        signal_name = result[-1]
+        return signal_name.decode() if signal_name else None
+
+    def clear(self, views: Sequence[SlotView]) -> None:
+        """At exit: flush the last counts and leave ``processes`` (the hash expires by itself,
+        as Sidekiq leaves it)."""
+        pipe = self.r.pipeline(transaction=True)
+        self.sent = self._stats(pipe, views, time.time())
+        pipe.srem(self.keys.processes, self.identity)
+        pipe.unlink(self.keys.workers(self.identity))
+        pipe.execute()

@@ -1,0 +1,353 @@
+"""The Python job API: ``queued.Job`` subclasses, the name registry, ``set()`` and the decorator.
+
+This module owns:
+
+- ``Job``: subclasses register themselves by name (the class name, or ``queued_options["name"]``
+  such as ``"Billing::InvoiceJob"`` for a Ruby producer's class). Only registered classes ever
+  run: the worker looks a payload's ``class`` up in ``registry`` and never imports anything.
+- ``registry``: name -> class.
+- ``Job.perform_async/perform_in/perform_at/perform_bulk/set``: build an item the way
+  Sidekiq::Worker 6.4 does (same keys, same key order) and hand it to ``queued.client``.
+- ``job``: ``@queued.job`` for plain functions.
+
+Time arguments follow Sidekiq: a number below 1_000_000_000 is an interval from now, anything
+else an absolute epoch (so ``perform_at`` and ``perform_in`` are the same method, as in Ruby);
+``datetime`` is absolute (naive = local time), ``timedelta`` relative. A time not in the future
+enqueues right away.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import numbers
+import threading
+import warnings
+from typing import Any, Callable
+
+from . import client as _client
+
+#: Options a job class may set in ``queued_options``.
+OPTION_KEYS = frozenset(
+    {"queue", "retry", "backtrace", "dead", "retry_queue", "tags", "timeout", "name", "abstract"})
+#: Class options that Sidekiq copies into every payload (when set), in addition to retry/queue.
+PAYLOAD_OPTION_KEYS = frozenset({"backtrace", "dead", "retry_queue", "tags"})
+#: Sidekiq's DEFAULT_WORKER_OPTIONS, in Sidekiq's order.
+DEFAULT_OPTIONS = {"retry": True, "queue": "default"}
+#: Like Sidekiq: an interval at or above this is an absolute epoch.
+_ABSOLUTE_EPOCH = 1_000_000_000
+
+
+class Registry:
+    """Job classes by name. Thread-safe; lookups are a dict read."""
+
+    def __init__(self) -> None:
+        self._classes: dict[str, type] = {}
+        self._lock = threading.Lock()
+
+    def register(self, cls: type, name: str | None = None) -> None:
+        """Serve ``name`` (default: the class's registered name) with ``cls``. The same
+        module+qualname replaces silently (a module reload); another class warns."""
+        name = name or getattr(cls, "queued_name", None) or cls.__name__
+        with self._lock:
+            old = self._classes.get(name)
+            self._classes[name] = cls
+        if old is not None and old is not cls and (
+                (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__)):
+            warnings.warn(
+                f"job name {name!r}: {_where(cls)} replaces {_where(old)}", stacklevel=3)
+
+    def unregister(self, name: str) -> type | None:
+        with self._lock:
+            return self._classes.pop(name, None)
+
+    def lookup(self, name: str) -> type | None:
+        return self._classes.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._classes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._classes
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+
+def _where(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+registry = Registry()
+
+
+# --- options ---------------------------------------------------------------------------------
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_real(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _nonempty_str(v: Any) -> bool:
+    return isinstance(v, str) and bool(v)
+
+
+#: key -> (test, what the value must be). None is accepted where it means "not set".
+_OPTION_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "queue": (_nonempty_str, "a non-empty str"),
+    "retry": (lambda v: isinstance(v, bool) or (_is_int(v) and v >= 0),
+              "True, False or an int >= 0"),
+    "backtrace": (lambda v: v is None or isinstance(v, bool) or (_is_int(v) and v >= 0),
+                  "True, False or an int >= 0"),
+    "dead": (lambda v: v is None or isinstance(v, bool), "True or False"),
+    "retry_queue": (lambda v: v is None or _nonempty_str(v), "a non-empty str"),
+    "tags": (lambda v: v is None or isinstance(v, list), "a list"),
+    "timeout": (lambda v: v is None or (_is_real(v) and v > 0), "a number of seconds > 0"),
+    "name": (_nonempty_str, "a non-empty str"),
+    "abstract": (lambda v: isinstance(v, bool), "True or False"),
+}
+
+
+def check_options(owner: str, options: Any, allowed: frozenset = OPTION_KEYS) -> None:
+    """Raise TypeError naming ``owner`` and the key for an unknown option or a bad value."""
+    if not isinstance(options, dict):
+        raise TypeError(f"{owner}: queued_options must be a dict, not {type(options).__name__}")
+    for key, value in options.items():
+        if key not in allowed:
+            raise TypeError(f"{owner}: unknown queued option {key!r} "
+                            f"(known: {', '.join(sorted(allowed))})")
+        test, what = _OPTION_CHECKS[key]
+        if not test(value):
+            raise TypeError(f"{owner}: queued option {key!r} must be {what}, not {value!r}")
+
+
+def resolve_at(when: Any, now: float) -> float:
+    """An epoch from Sidekiq-style time input (see the module header)."""
+    if isinstance(when, _dt.datetime):
+        return when.timestamp()  # naive datetimes are local time
+    if isinstance(when, _dt.timedelta):
+        return now + when.total_seconds()
+    if not _is_real(when):
+        raise TypeError(f"a time must be seconds, an epoch, a datetime or a timedelta, "
+                        f"not {type(when).__name__}")
+    ts = float(when)
+    return now + ts if ts < _ABSOLUTE_EPOCH else ts
+
+
+# --- Job ---------------------------------------------------------------------------------------
+
+class Job:
+    """Base class of every job. Subclass it, give it ``perform(self, *args)`` and optionally
+    ``queued_options``; the subclass is registered the moment it is defined.
+
+    ``queued_options`` keys: ``queue`` (default "default"), ``retry`` (True = 25 retries, an
+    int = that many, 0 = none then dead, False = none and dropped), ``backtrace``, ``dead``,
+    ``retry_queue``, ``tags`` (copied into every payload, as Sidekiq does), ``timeout``
+    (seconds; looked up by the worker, never written to the payload), ``name`` (the name to
+    serve; not inherited) and ``abstract`` (True = do not register this class; not inherited).
+    Options are inherited along the MRO, subclasses overriding.
+    """
+
+    queued_options: dict[str, Any] = {}
+    #: The name this class is registered under (None for an abstract class). Set at definition.
+    queued_name: str | None = None
+    #: Producers push through this ``queued.client.Client`` if set (a class attribute), else
+    #: through ``queued.client.default_client()``. Anything that is not a queued Client is
+    #: ignored, so a job keeping its own API client in ``client`` is not mistaken for one.
+    client: Any = None
+
+    # Set by the worker on the instance before perform() is called.
+    #: The job id (24 hex chars), stable across retries.
+    jid: str | None = None
+    #: The queue the job was fetched from.
+    queue: str | None = None
+    #: The parsed payload dict (read it; changing it changes nothing in Redis).
+    msg: dict | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("queued_options", {})
+        check_options(_where(cls), own)
+        if own.get("abstract", False):
+            cls.queued_name = None
+            return
+        cls.queued_name = own.get("name") or cls.__name__
+        registry.register(cls, cls.queued_name)
+
+    # --- the worker's side (keep trivial) ---
+    def perform(self, *args: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.perform is not defined")
+
+    def after_succeeded(self) -> None:
+        """Called by the worker after perform() returned. No-op by default."""
+
+    def after_failed(self, exc: BaseException) -> None:
+        """Called by the worker after perform() raised ``exc`` (timeouts included)."""
+
+    @classmethod
+    def retry_in(cls, count: int, exc: BaseException) -> float | None:
+        """Seconds until retry number ``count`` (0 = the first retry); None = Sidekiq's formula
+        ``count**4 + 15 + jitter``. Sidekiq's ``sidekiq_retry_in``."""
+        return None
+
+    @classmethod
+    def retries_exhausted(cls, msg: dict, exc: BaseException) -> None:
+        """Called once when the job will not be retried again. Sidekiq's
+        ``sidekiq_retries_exhausted``."""
+
+    # --- options ---
+    @classmethod
+    def get_options(cls) -> dict[str, Any]:
+        """Sidekiq's defaults, then each class's ``queued_options`` from the base down
+        (``name`` and ``abstract`` left out: they belong to one class only)."""
+        merged = dict(DEFAULT_OPTIONS)
+        for klass in reversed(cls.__mro__):
+            own = klass.__dict__.get("queued_options")
+            if own:
+                merged.update((k, v) for k, v in own.items() if k not in ("name", "abstract"))
+        return merged
+
+    @classmethod
+    def payload_defaults(cls) -> dict[str, Any]:
+        """The keys Sidekiq's normalize_item puts before the item's own: retry, queue and the
+        payload options that are set, in option order."""
+        out = {}
+        for key, value in cls.get_options().items():
+            if key in ("retry", "queue") or (key in PAYLOAD_OPTION_KEYS and value is not None):
+                out[key] = list(value) if isinstance(value, list) else value
+        return out
+
+    # --- the producer's side ---
+    @classmethod
+    def queued_client(cls) -> "_client.Client":
+        c = cls.client
+        return c if isinstance(c, _client.Client) else _client.default_client()
+
+    @classmethod
+    def set(cls, **options: Any) -> "Setter":
+        return Setter(cls, options)
+
+    @classmethod
+    def perform_async(cls, *args: Any) -> str | None:
+        return cls.queued_client().push({"args": list(args), "class": cls})
+
+    @classmethod
+    def perform_in(cls, interval: Any, *args: Any) -> str | None:
+        now = _client.clock()
+        ts = resolve_at(interval, now)
+        item: dict[str, Any] = {"class": cls, "args": list(args)}
+        if ts > now:
+            item["at"] = ts
+        return cls.queued_client().push(item)
+
+    perform_at = perform_in
+
+    @classmethod
+    def perform_bulk(cls, args: Any, *, batch_size: int = 1000) -> list[str]:
+        return Setter(cls, {}).perform_bulk(args, batch_size=batch_size)
+
+
+class Setter:
+    """``Job.set(...)``: per-push options (any payload key; ``wait``/``wait_until`` schedule,
+    like Sidekiq/ActiveJob). Chainable: ``.set(...)`` again merges more options."""
+
+    def __init__(self, job_class: type[Job], options: dict[str, Any]):
+        self._job = job_class
+        self._opts: dict[str, Any] = {}
+        self.set(**options)
+
+    def set(self, **options: Any) -> "Setter":
+        wait_until = options.pop("wait_until", None)
+        wait = options.pop("wait", None)
+        known = {k: v for k, v in options.items() if k in OPTION_KEYS}
+        check_options(f"{_where(self._job)}.set()", known, OPTION_KEYS - {"name", "abstract"})
+        self._opts.update(options)
+        interval = wait_until if wait_until is not None else wait
+        if interval is not None:
+            now = _client.clock()
+            ts = resolve_at(interval, now)
+            if ts > now:
+                self._opts["at"] = ts
+            else:
+                self._opts.pop("at", None)
+        return self
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self._opts)
+
+    def perform_async(self, *args: Any) -> str | None:
+        item = {**self._opts, "args": list(args), "class": self._job}
+        return self._job.queued_client().push(item)
+
+    def perform_in(self, interval: Any, *args: Any) -> str | None:
+        now = _client.clock()
+        ts = resolve_at(interval, now)
+        item = dict(self._opts)
+        if ts > now:
+            item["at"] = ts
+        else:
+            item.pop("at", None)
+        item.update({"args": list(args), "class": self._job})
+        return self._job.queued_client().push(item)
+
+    perform_at = perform_in
+
+    def perform_bulk(self, args: Any, *, batch_size: int = 1000) -> list[str]:
+        """One push_bulk (one SADD + one LPUSH per ``batch_size`` jobs); returns the jids."""
+        if not isinstance(args, (list, tuple)) or not all(isinstance(a, (list, tuple)) for a in args):
+            raise ValueError("perform_bulk takes a list of argument lists: [[1], [2]]")
+        item = {**self._opts, "class": self._job, "args": [list(a) for a in args]}
+        return self._job.queued_client().push_bulk(item, batch_size=batch_size)
+
+
+# --- function form -------------------------------------------------------------------------
+
+class JobFunction:
+    """What ``@queued.job`` returns: still the function when called, plus the producer API."""
+
+    def __init__(self, fn: Callable[..., Any], job_class: type[Job]):
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self.job_class = job_class
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<queued job function {self.job_class.queued_name!r} ({_where(self._fn)})>"
+
+    def perform_async(self, *args: Any) -> str | None:
+        return self.job_class.perform_async(*args)
+
+    def perform_in(self, interval: Any, *args: Any) -> str | None:
+        return self.job_class.perform_in(interval, *args)
+
+    perform_at = perform_in
+
+    def perform_bulk(self, args: Any, *, batch_size: int = 1000) -> list[str]:
+        return self.job_class.perform_bulk(args, batch_size=batch_size)
+
+    def set(self, **options: Any) -> Setter:
+        return self.job_class.set(**options)
+
+
+def job(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """``@queued.job`` or ``@queued.job(queue="low", retry=3, name=...)`` on a plain function:
+    registers a Job subclass (named after the function unless ``name=``) whose perform calls
+    the function with the job's args."""
+    if fn is None:
+        return lambda f: job(f, **options)
+    if not callable(fn) or isinstance(fn, type):
+        raise TypeError(f"@queued.job decorates a function, not {fn!r}")
+
+    def perform(self: Job, *args: Any) -> Any:
+        return fn(*args)
+
+    namespace = {"queued_options": dict(options), "perform": perform,
+                 "__module__": fn.__module__, "__qualname__": fn.__qualname__,
+                 "__doc__": fn.__doc__}
+    job_class = type(fn.__name__, (Job,), namespace)
+    return JobFunction(fn, job_class)

@@ -1,0 +1,416 @@
+"""The master (arbiter): forks the workers and keeps every promise about their jobs.
+
+Its loop is a short list of named steps (STYLE.md principle 2), woken by a signal or a timer:
+wait -> handle signals -> reap exited workers (and recover their jobs at once) -> kill workers
+past their job timeout + grace -> timers (scheduler, heartbeat + lease + reaper) -> spawn.
+Signal handlers only record: Python's wakeup fd writes the signal number into a pipe and the
+loop reads it. The master owns every signal: TERM/INT stop, USR1/TSTP quiet, TTIN dumps.
+
+The master never runs a job and never blocks on Redis for long; when Redis is away it keeps
+reaping and supervising, and retries Redis work with backoff, logging once per outage.
+"""
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import select
+import signal
+import sys
+import time
+
+import redis
+
+from . import payload as codec
+from . import recovery, retry, titles
+from .connection import make_redis
+from .errors import WORKER_BOOT_ERROR, JobTimeout, PayloadError, WorkerKilled
+from .heartbeat import Heartbeat, new_identity
+from .keys import Keys
+from .scheduler import Scheduler
+from .job import registry
+from .slots import SlotTable, SlotWriter
+from .worker import Worker
+
+log = logging.getLogger("queued.master")
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGTSTP, signal.SIGTTIN,
+           signal.SIGCHLD, signal.SIGHUP)
+#: Longest the loop sleeps, so every timer is noticed within it (seconds).
+TICK = 1.0
+#: A worker that dies sooner than this after its fork counts as a boot failure (backoff).
+BOOT_GRACE = 2.0
+#: Respawn backoff after repeated boot failures: first delay, cap (seconds).
+SPAWN_BACKOFF, SPAWN_BACKOFF_MAX = 0.1, 30.0
+#: An idle worker that has not ticked for this long is stuck and is killed (seconds).
+SILENT_LIMIT = 60.0
+
+RUNNING, QUIET, STOPPING = "running", "quiet", "stopping"
+
+
+class WorkerRecord:
+    def __init__(self, slot: int, pid: int):
+        self.slot = slot
+        self.pid = pid
+        self.spawned = time.monotonic()
+        self.kill_reason: str | None = None   # "timeout", "shutdown", "silent"
+        self.timeout_info: tuple[float, str] | None = None
+
+
+class Master:
+    def __init__(self, config):
+        self.config = config
+        self.keys = Keys(config.namespace)
+        self.identity = new_identity()
+        self.started_at = time.time()
+        self.table = SlotTable(config.concurrency)
+        self.workers: dict[int, WorkerRecord] = {}       # pid -> record
+        self.free: set[int] = set(range(config.concurrency))
+        self.unrecovered: dict[int, tuple[int, str]] = {}  # slot -> (status, reason)
+        self.boot_failures = [0] * config.concurrency
+        self.next_spawn = [0.0] * config.concurrency
+        self.state = RUNNING
+        self.deadline = None
+        self.next_beat = 0.0
+        self.redis_down_since = None
+        self.r = make_redis(config.redis_url, socket_timeout=5.0, name="queued-master")
+        self.heartbeat = Heartbeat(self.r, self.keys, self.identity, config, self.started_at)
+        self.scheduler = Scheduler(self.r, self.keys, self.identity, config)
+        self.lease_ms = int(config.lease_timeout * 1000)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def run(self) -> int:
+        self._install_signals()
+        log.info("queued %s starting: identity=%s concurrency=%d queues=%s%s", titles.__version__,
+                 self.identity, self.config.concurrency, ",".join(self.config.queue_names),
+                 "" if self.config.strict else " (weighted)")
+        if not self._connect():
+            return 0
+        try:
+            while not (self.state == STOPPING and not self.workers and not self.unrecovered):
+                self._wait()
+                self._handle_signals()
+                self._reap()
+                self._recover_pending()
+                self._murder()
+                self._timers()
+                self._spawn()
+        finally:
+            self._finish()
+        log.info("bye")
+        return 0
+
+    def _connect(self) -> bool:
+        """Wait for Redis (logging once), register, take the first lease. False if told to
+        stop while waiting."""
+        delay = SPAWN_BACKOFF
+        while True:
+            try:
+                self.r.ping()
+                recovery.register(self.r, self.keys, self.identity, self.config.concurrency,
+                                  self.config.queue_names, self.lease_ms)
+                self._reap_expired()
+                if self.redis_down_since is not None:
+                    log.info("Redis is back after %.1fs", time.monotonic() - self.redis_down_since)
+                    self.redis_down_since = None
+                return True
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+                self._redis_error("connect", e)
+            self._wait(delay)
+            self._handle_signals()
+            if self.state == STOPPING:
+                return False
+            delay = min(delay * 2, 5.0)
+
+    def _finish(self) -> None:
+        views = self.table.views()
+        for step in (lambda: self.heartbeat.clear(views), self.scheduler.resign,
+                     lambda: recovery.unregister(self.r, self.keys, self.identity)):
+            try:
+                step()
+            except (redis.RedisError, OSError) as e:
+                log.warning("could not clear this process's record at exit: %s", e)
+        titles.set_title(titles.master_title(self.config.tag, 0, self.config.concurrency,
+                                             "stopped"))
+
+    # --- signals ---------------------------------------------------------------------------------
+    def _install_signals(self) -> None:
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        for sig in SIGNALS:
+            signal.signal(sig, lambda signum, frame: None)  # the wakeup fd does the recording
+
+    def _wait(self, timeout: float | None = None) -> None:
+        if timeout is None:
+            now = time.monotonic()
+            timeout = min(TICK, max(0.0, self.next_beat - now), self.scheduler.due_in(now))
+            if self.deadline is not None:
+                timeout = min(timeout, max(0.0, self.deadline - now))
+        try:
+            select.select([self.wake_r], [], [], timeout)
+        except InterruptedError:
+            pass
+
+    def _handle_signals(self) -> None:
+        try:
+            data = os.read(self.wake_r, 512)
+        except BlockingIOError:
+            return
+        for signum in data:
+            handler = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop,
+                       signal.SIGUSR1: self.quiet, signal.SIGTSTP: self.quiet,
+                       signal.SIGTTIN: self.dump, signal.SIGHUP: self._hup}.get(signum)
+            if handler:
+                handler(signal.Signals(signum).name)
+
+    def quiet(self, why: str = "TSTP") -> None:
+        """Stop fetching, let running jobs finish (workers exit after their job)."""
+        if self.state != RUNNING:
+            return
+        log.info("%s: quiet; running jobs finish, no new jobs are fetched", why)
+        self.state = QUIET
+        self._signal_workers(signal.SIGTERM)
+        self._resign()
+        self.next_beat = 0.0
+
+    def stop(self, why: str = "TERM") -> None:
+        """Graceful stop against one deadline; a second stop request hurries it."""
+        if self.state == STOPPING:
+            log.info("%s again: stopping now; running jobs go back to their queues", why)
+            self.deadline = time.monotonic()
+            return
+        log.info("%s: shutting down; waiting up to %gs for running jobs", why,
+                 self.config.shutdown_timeout)
+        self.state = STOPPING
+        self.deadline = time.monotonic() + self.config.shutdown_timeout
+        self._signal_workers(signal.SIGTERM)
+        self._resign()
+        self.next_beat = 0.0
+
+    def _hup(self, why: str) -> None:
+        log.info("HUP ignored: queued has no reload; restart it (TERM) to pick up changes")
+
+    def dump(self, why: str = "TTIN") -> None:
+        """Log each worker's job and runtime, then ask each for its Python stack."""
+        now = time.time()
+        for rec in sorted(self.workers.values(), key=lambda w: w.slot):
+            v = self.table.read(rec.slot)
+            if v.busy:
+                log.info("TTIN worker %d pid=%d running %s jid=%s queue=%s for %.1fs", rec.slot,
+                         rec.pid, v.job_class, v.jid, v.queue, now - v.started_at)
+            else:
+                log.info("TTIN worker %d pid=%d idle", rec.slot, rec.pid)
+            self._kill(rec.pid, signal.SIGUSR2)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+
+    def _resign(self) -> None:
+        try:
+            self.scheduler.resign()
+        except (redis.RedisError, OSError):
+            pass
+
+    # --- workers ------------------------------------------------------------------------------------
+    def _signal_workers(self, sig: int) -> None:
+        for pid in list(self.workers):
+            self._kill(pid, sig)
+
+    @staticmethod
+    def _kill(pid: int, sig: int) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _spawn(self) -> None:
+        if self.state != RUNNING:
+            return
+        now = time.monotonic()
+        for slot in sorted(self.free):
+            if slot not in self.unrecovered and now >= self.next_spawn[slot]:
+                self._fork(slot)
+
+    def _fork(self, slot: int) -> None:
+        worker = Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid())
+        self.table.reset(slot)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:  # the child: forget the master's plumbing, then run
+                signal.set_wakeup_fd(-1)
+                os.close(self.wake_r)
+                os.close(self.wake_w)
+                worker.run()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        self.table.reset(slot, pid)
+        self.workers[pid] = WorkerRecord(slot, pid)
+        self.free.discard(slot)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            rec = self.workers.pop(pid, None)
+            if rec is None:
+                continue  # a child the job code started and orphaned to us
+            self.free.add(rec.slot)
+            self._exited(rec, status)
+
+    def _exited(self, rec: WorkerRecord, status: int) -> None:
+        code = os.waitstatus_to_exitcode(status)
+        lived = time.monotonic() - rec.spawned
+        if code == WORKER_BOOT_ERROR or (code != 0 and lived < BOOT_GRACE and not rec.kill_reason):
+            self.boot_failures[rec.slot] += 1
+            delay = min(SPAWN_BACKOFF * 2 ** self.boot_failures[rec.slot], SPAWN_BACKOFF_MAX)
+            self.next_spawn[rec.slot] = time.monotonic() + delay
+            log.error("worker %d (pid %d) died %.2fs after boot (%s); respawning in %.1fs",
+                      rec.slot, rec.pid, lived, describe_status(code), delay)
+        else:
+            self.boot_failures[rec.slot] = 0
+        reason = rec.kill_reason or ("exit" if code == 0 else "crash")
+        self.unrecovered[rec.slot] = (code, reason)
+        self._recover(rec.slot, code, reason, rec)
+
+    def _recover_pending(self) -> None:
+        for slot, (code, reason) in list(self.unrecovered.items()):
+            self._recover(slot, code, reason, None)
+
+    def _recover(self, slot: int, code: int, reason: str, rec: WorkerRecord | None) -> None:
+        """Put back what the slot held; the job it ran takes the failure path if it was killed
+        for its timeout or keeps killing workers."""
+        try:
+            current = recovery.current_job(self.r, self.keys, self.identity, slot,
+                                           self.config.queue_names)
+            if current is not None and reason in ("timeout", "crash"):
+                self._fail_current(slot, current, code, reason, rec)
+            moved = recovery.requeue_slot(self.r, self.keys, self.identity, slot,
+                                          self.config.queue_names)
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+            self._redis_error("recover a worker's jobs", e)
+            return
+        self.unrecovered.pop(slot, None)
+        if reason != "exit" or moved:
+            log.log(logging.INFO if reason in ("exit", "shutdown") else logging.WARNING,
+                    "worker %d %s (%s); %d job(s) put back at the head of their queues",
+                    slot, reason if reason != "crash" else "died", describe_status(code), moved)
+
+    def _fail_current(self, slot, current, code, reason, rec) -> None:
+        try:
+            msg = codec.loads(current.payload)
+            codec.validate(msg)
+        except PayloadError:
+            return  # an unusable payload killed the worker? requeue; the next worker rejects it
+        if reason == "timeout":
+            seconds, _ = rec.timeout_info if rec and rec.timeout_info else (0.0, "")
+            exc: BaseException = JobTimeout(
+                f"{msg['class']} ran past its {seconds:g}s timeout and ignored SIGALRM; its "
+                f"worker was killed after {self.config.timeout_grace:g}s more")
+        else:
+            crashes = recovery.count_crash(self.r, self.keys, msg["jid"])
+            log.warning("class=%s jid=%s killed its worker (%s), crash %d of %d", msg["class"],
+                        msg["jid"], describe_status(code), crashes, self.config.max_crashes)
+            if crashes < self.config.max_crashes:
+                return  # requeued with the rest
+            exc = WorkerKilled(f"{msg['class']} killed its worker {crashes} times "
+                               f"(last: {describe_status(code)}); sent to dead as a poison pill")
+        cls = registry.lookup(msg["class"])
+        if reason == "timeout":
+            outcome = retry.decide(msg, exc, current.queue, job_class=cls,
+                                   max_retries=self.config.max_retries, backtrace_lines=[])
+        else:
+            outcome = retry.kill(msg, exc, current.queue, job_class=cls)
+        # Counted like any failed job (the worker never got to count it).
+        recovery.fail_reservation(self.r, self.keys, self.identity, slot, current, outcome.kind,
+                                  outcome.score, outcome.payload,
+                                  self.config.dead_timeout_in_seconds, self.config.dead_max_jobs)
+        self._count_failure(slot)
+        log.error("class=%s jid=%s %s -> %s", msg["class"], msg["jid"], exc, outcome.kind)
+
+    def _count_failure(self, slot: int) -> None:
+        """The dead worker never counted this job; count it for the stats (the slot is free)."""
+        SlotWriter(self.table, slot, 0).end(failed=True)
+
+    def _murder(self) -> None:
+        """Kill workers past timeout + grace (the job ignored SIGALRM), stuck idle workers,
+        and at the shutdown deadline everyone left."""
+        now_wall, now = time.time(), time.monotonic()
+        hard_stop = self.deadline is not None and now >= self.deadline
+        for rec in list(self.workers.values()):
+            if rec.kill_reason:
+                continue
+            v = self.table.read(rec.slot)
+            if hard_stop:
+                rec.kill_reason = "shutdown"
+            elif v.busy and v.timeout and now_wall - v.started_at > v.timeout + self.config.timeout_grace:
+                rec.kill_reason, rec.timeout_info = "timeout", (v.timeout, v.jid)
+                log.error("worker %d pid=%d: %s jid=%s ran %.1fs, past its %gs timeout + %gs "
+                          "grace; killing it", rec.slot, rec.pid, v.job_class, v.jid,
+                          now_wall - v.started_at, v.timeout, self.config.timeout_grace)
+            elif not v.busy and now - v.tick > SILENT_LIMIT and now - rec.spawned > SILENT_LIMIT:
+                rec.kill_reason = "silent"
+                log.error("worker %d pid=%d silent for %.0fs; killing it", rec.slot, rec.pid,
+                          now - v.tick)
+            else:
+                continue
+            self._kill(rec.pid, signal.SIGKILL)
+
+    # --- timers -------------------------------------------------------------------------------------
+    def _timers(self) -> None:
+        now = time.monotonic()
+        if self.state == RUNNING:
+            try:
+                self.scheduler.tick(now)
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+                self._redis_error("poll the schedule", e)
+                self.scheduler.next_poll = now + 1.0
+        if now >= self.next_beat:
+            self.next_beat = now + self.config.heartbeat_interval
+            self._beat()
+
+    def _beat(self) -> None:
+        views = self.table.views()
+        busy = sum(1 for v in views if v.busy)
+        state = {QUIET: "quiet", STOPPING: "stopping"}.get(self.state, "")
+        titles.set_title(titles.master_title(self.config.tag, busy, self.config.concurrency, state))
+        try:
+            remote = self.heartbeat.beat(views, self.state != RUNNING, self.lease_ms)
+            if self.state == RUNNING:
+                self.scheduler.elect()
+            self._reap_expired()
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+            self._redis_error("heartbeat", e)
+            return
+        if self.redis_down_since is not None:
+            log.info("Redis is back after %.1fs", time.monotonic() - self.redis_down_since)
+            self.redis_down_since = None
+        if remote:
+            log.info("remote signal %s received", remote)
+            {"TSTP": self.quiet, "USR1": self.quiet, "TERM": self.stop,
+             "TTIN": self.dump}.get(remote, lambda why: None)(f"remote {remote}")
+
+    def _reap_expired(self) -> None:
+        for identity, moved in recovery.reap_expired(self.r, self.keys):
+            log.warning("master %s stopped renewing its lease; %d of its job(s) put back in "
+                        "their queues", identity, moved)
+
+    def _redis_error(self, what: str, err: Exception) -> None:
+        if self.redis_down_since is None:
+            self.redis_down_since = time.monotonic()
+            log.error("Redis unreachable (%s: %s); retrying with backoff", what, err)
+
+
+def describe_status(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exit code {code}"

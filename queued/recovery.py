@@ -1,0 +1,121 @@
+"""Recovery, the master's side of reliable fetch: nothing a dead worker or host held is lost.
+
+Two paths (LANDSCAPE.md 2f):
+- a worker exits: its master puts everything the slot holds back at the head of its queues at
+  once (``requeue_slot``); the job it was running counts one crash against its jid, and a job
+  that keeps killing workers goes to ``dead`` (a poison pill) instead of looping for ever;
+- a whole host dies: its master's lease key expires (Redis's clock, renewed by every heartbeat),
+  and any other master requeues all of its slots (``reap_expired``). The requeue script checks
+  the lease and the registration inside Redis, so two masters reaping at once cannot requeue a
+  job twice.
+
+The lease is held per master, not per job: one renewal a beat covers every job the master
+runs, so a long job is never recovered while its master lives.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Sequence
+
+import redis
+
+from .connection import FAIL, REQUEUE
+from .fetch import Reservation, split_member
+from .keys import Keys
+
+log = logging.getLogger("queued.recovery")
+
+#: Seconds a per-jid crash count is remembered.
+CRASH_MEMORY = 7 * 24 * 3600
+
+
+def register(r: redis.Redis, keys: Keys, identity: str, slots: int, queues: Sequence[str],
+             lease_ms: int) -> None:
+    """Announce this master and take its first lease before any worker reserves a job."""
+    desc = json.dumps({"slots": slots, "queues": list(queues)})
+    pipe = r.pipeline(transaction=True)
+    pipe.hset(keys.masters, identity, desc)
+    pipe.set(keys.lease(identity), "1", px=lease_ms)
+    pipe.execute()
+
+
+def unregister(r: redis.Redis, keys: Keys, identity: str) -> None:
+    pipe = r.pipeline(transaction=True)
+    pipe.hdel(keys.masters, identity)
+    pipe.delete(keys.lease(identity))
+    pipe.execute()
+
+
+def _slot_keys(keys: Keys, identity: str, slot: int, queues: Sequence[str]) -> list[str]:
+    return [keys.reserved(identity, slot), *(keys.landing(identity, slot, q) for q in queues)]
+
+
+def _requeue(r: redis.Redis, keys: Keys, owner: str, identity: str, slots: Sequence[int],
+             queues: Sequence[str]) -> int:
+    ks = [keys.masters, keys.lease(identity), *(keys.queue(q) for q in queues)]
+    for slot in slots:
+        ks.extend(_slot_keys(keys, identity, slot, queues))
+    return int(REQUEUE(r, ks, [owner, len(queues), *queues]))
+
+
+def requeue_slot(r: redis.Redis, keys: Keys, identity: str, slot: int,
+                 queues: Sequence[str]) -> int:
+    """Everything one slot holds goes back to the head of its queue, earliest first."""
+    return _requeue(r, keys, "", identity, [slot], queues)
+
+
+def current_job(r: redis.Redis, keys: Keys, identity: str, slot: int,
+                queues: Sequence[str]) -> Reservation | None:
+    """The job the slot runs (or ran when it died): the earliest reservation, since finished
+    jobs are acked before the next one starts."""
+    members = r.zrange(keys.reserved(identity, slot), 0, 0)
+    if members:
+        return Reservation(members[0], *split_member(members[0]))
+    return None
+
+
+def count_crash(r: redis.Redis, keys: Keys, jid: str) -> int:
+    key = keys.crashes(jid)
+    pipe = r.pipeline(transaction=True)
+    pipe.incr(key)
+    pipe.expire(key, CRASH_MEMORY)
+    return int(pipe.execute()[0])
+
+
+def fail_reservation(r: redis.Redis, keys: Keys, identity: str, slot: int, res: Reservation,
+                     kind: str, score: float, payload: str, dead_timeout: int,
+                     dead_max_jobs: int) -> bool:
+    """The failure path for a job whose worker can no longer run it (killed at its timeout, or
+    a poison pill): same atomic write the worker itself uses."""
+    target = keys.retry if kind == "retry" else keys.dead
+    args = [res.member, kind, repr(float(score)), payload, repr(score - dead_timeout),
+            dead_max_jobs]
+    return FAIL(r, [keys.reserved(identity, slot), target], args) == 1
+
+
+def reap_expired(r: redis.Redis, keys: Keys) -> list[tuple[str, int]]:
+    """Requeue the jobs of every registered master whose lease has expired."""
+    masters = r.hgetall(keys.masters)
+    if not masters:
+        return []
+    ids = [k.decode() for k in masters]
+    pipe = r.pipeline(transaction=False)
+    for identity in ids:
+        pipe.exists(keys.lease(identity))
+    alive = pipe.execute()
+    reaped = []
+    for identity, live in zip(ids, alive):
+        if live:
+            continue
+        try:
+            desc = json.loads(masters[identity.encode()])
+            slots, queues = range(int(desc["slots"])), [str(q) for q in desc["queues"]]
+        except (ValueError, KeyError, TypeError):
+            log.error("master %s has an unreadable registration %r; left alone",
+                      identity, masters[identity.encode()])
+            continue
+        moved = _requeue(r, keys, identity, identity, slots, queues)
+        if moved >= 0:
+            reaped.append((identity, moved))
+    return reaped

@@ -1,0 +1,44 @@
+"""Process titles, so ``ps`` shows what each process is doing (Sidekiq's PROCTITLES):
+``queued 0.1.0 TAG [3 of 10 busy] stopping`` for the master, ``queued 0.1.0 TAG worker 3:
+HardWorker`` for a worker. setproctitle is optional; without it titles are skipped."""
+from __future__ import annotations
+
+from . import __version__
+
+try:
+    from setproctitle import setproctitle as _set
+except ImportError:  # pragma: no cover - optional dependency
+    def _set(title: str) -> None:
+        pass
+
+
+def _prefix(tag: str) -> str:
+    return " ".join(p for p in ("queued", __version__, tag) if p)
+
+
+def master_title(tag: str, busy: int, concurrency: int, state: str = "") -> str:
+    return " ".join(p for p in (_prefix(tag), f"[{busy} of {concurrency} busy]", state) if p)
+
+
+def set_title(title: str) -> None:
+    _set(title)
+
+
+class WorkerTitle:
+    """Changes the title only when what it says changes: setproctitle costs microseconds and
+    a worker may run thousands of jobs a second."""
+
+    def __init__(self, tag: str, slot: int):
+        self.base = f"{_prefix(tag)} worker {slot}"
+        self.current = None
+
+    def _show(self, text: str) -> None:
+        if text != self.current:
+            self.current = text
+            _set(text)
+
+    def idle(self) -> None:
+        self._show(f"{self.base}: idle")
+
+    def busy(self, job_class: str) -> None:
+        self._show(f"{self.base}: {job_class}")

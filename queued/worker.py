@@ -1,0 +1,257 @@
+"""A worker process: reserve -> run under middleware and a time limit -> ack or fail.
+
+One job at a time (SIGALRM only works in a process's main thread). The worker tells its master
+what it is doing through the shared slot table, never through Redis. It owns no signal except
+its own: TERM means "finish the job in hand, then exit 0"; INT, TSTP and USR1 belong to the
+master (a Ctrl-C or Ctrl-Z in the terminal reaches the whole process group); USR2 prints the
+Python stack (the master's TTIN asks for it).
+
+Whatever the worker holds when it exits, for any reason, is put back by the master.
+"""
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import logging
+import os
+import random
+import signal
+import sys
+import time
+
+import redis
+
+from . import log as logsetup
+from . import payload as codec
+from . import retry, titles
+from .errors import PayloadError, UnknownJobClass
+from .fetch import Fetcher, Reservation
+from .job import registry
+from .middleware import server_middleware
+from .slots import SlotWriter
+from .timeout import job_timeout
+
+log = logging.getLogger("queued.worker")
+
+#: A batch grows (doubles, up to ``prefetch``) only while jobs average under this many seconds,
+#: so a prefetched job never waits long behind a slow one.
+FAST_JOB = 0.005
+#: Redis outage backoff: first wait, cap (seconds).
+BACKOFF_START, BACKOFF_MAX = 0.1, 5.0
+
+_PR_SET_PDEATHSIG = 1
+
+
+class _Wake(BaseException):
+    """Raised by the TERM handler only while blocked in Redis, to stop waiting at once."""
+
+
+class Worker:
+    """Built in the master before fork; ``run`` is the child's whole life."""
+
+    def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int):
+        self.config = config
+        self.keys = keys
+        self.identity = identity
+        self.slot = slot
+        self.table = table
+        self.master_pid = master_pid
+        self.stopping = False
+        self.blocking = False
+        self.batch = 1
+
+    # --- process setup -----------------------------------------------------------------------
+    def run(self) -> None:
+        """Never returns: the child leaves through os._exit so nothing of the master's
+        (atexit handlers, an embedded Redis) runs twice."""
+        code = 0
+        try:
+            self._init_process()
+            self._loop()
+        except BaseException:  # noqa: BLE001 - last resort, the master requeues our jobs
+            log.exception("worker %d crashed", self.slot)
+            code = 1
+        finally:
+            try:
+                self.fetcher.close()
+            except Exception:  # noqa: BLE001
+                pass
+            logging.shutdown()
+        os._exit(code)
+
+    def _init_process(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTSTP, signal.SIGUSR1, signal.SIGHUP,
+                    signal.SIGTTIN, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        self._die_with_master()
+        random.seed()
+        logsetup.retag(f"w{self.slot}")
+        self.writer = SlotWriter(self.table, self.slot, os.getpid())
+        cfg = self.config
+        self.fetcher = Fetcher(
+            cfg.redis_url, self.keys, self.identity, self.slot, cfg.queue_names,
+            cfg.weighted_queues, cfg.strict,
+            cfg.fetch_timeout if len(cfg.queue_names) == 1 else min(cfg.fetch_timeout, 1.0),
+            cfg.dead_timeout_in_seconds, cfg.dead_max_jobs)
+        self.title = titles.WorkerTitle(cfg.tag, self.slot)
+        self.title.idle()
+
+    def _die_with_master(self) -> None:
+        """Ask Linux for a TERM when the master dies, so orphans stop fetching."""
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() != self.master_pid:
+            self.stopping = True
+
+    def _on_term(self, signum, frame):
+        self.stopping = True
+        if self.blocking:
+            self.blocking = False
+            raise _Wake()
+
+    # --- the loop ----------------------------------------------------------------------------
+    def _loop(self) -> None:
+        backoff = BACKOFF_START
+        while not self.stopping:
+            try:
+                self._cycle()
+                backoff = BACKOFF_START
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+                self.fetcher.reset_connection()
+                self._outage(e, backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+            except _Wake:
+                self.fetcher.reset_connection()
+            if os.getppid() != self.master_pid:
+                self.stopping = True
+
+    def _outage(self, err: Exception, backoff: float) -> None:
+        if backoff == BACKOFF_START:
+            log.error("Redis unreachable (%s); retrying with backoff", err)
+        self.writer.tick()
+        time.sleep(backoff * (0.5 + random.random()))
+
+    def _cycle(self) -> None:
+        jobs = self.fetcher.reserve(self.batch)
+        if not jobs:
+            self.batch = 1
+            self.writer.tick()
+            self.title.idle()
+            if self._block():
+                jobs = self.fetcher.reserve(1, self.fetcher.block_queue)
+            if not jobs:
+                return
+        started = time.monotonic()
+        done = 0
+        for res in jobs:
+            if self.stopping and done:
+                break  # the rest stay reserved; the master puts them back at the head
+            self.process(res)
+            done += 1
+        self._adapt(len(jobs), done, time.monotonic() - started)
+
+    def _block(self) -> bool:
+        self.blocking = True
+        try:
+            if self.stopping:
+                return False
+            return self.fetcher.block()
+        finally:
+            self.blocking = False
+
+    def _adapt(self, got: int, done: int, elapsed: float) -> None:
+        if got == self.batch and done == got and elapsed < FAST_JOB * got:
+            self.batch = min(self.batch * 2, self.config.prefetch)
+        else:
+            self.batch = 1
+
+    # --- one job -------------------------------------------------------------------------------
+    def process(self, res: Reservation) -> None:
+        try:
+            msg = codec.loads(res.payload)
+            codec.validate(msg)
+        except PayloadError as e:
+            self._reject(res, e)
+            return
+        cls = registry.lookup(msg["class"])
+        timeout = self._timeout(msg, cls)
+        self.writer.begin(msg["jid"], res.queue, codec.job_class_name(msg), timeout)
+        self.title.busy(codec.job_class_name(msg))
+        start = time.monotonic()
+        job, error = None, None
+        try:
+            if cls is None:
+                raise UnknownJobClass(f"uninitialized constant {msg['class']}: no job class "
+                                      f"named {msg['class']!r} is registered in this process")
+            job = cls()
+            job.jid, job.queue, job.msg = msg["jid"], res.queue, msg
+            with job_timeout(timeout, f"{msg['class']} (jid {msg['jid']})"):
+                server_middleware.invoke(job, msg, res.queue, lambda: job.perform(*msg["args"]))
+        except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
+            error = e
+        elapsed = time.monotonic() - start
+        if error is None:
+            self.fetcher.ack(res)
+            self._hook(job, "after_succeeded")
+            if self.config.job_logging:
+                log.info("class=%s jid=%s elapsed=%.3f done", msg["class"], msg["jid"], elapsed)
+        else:
+            self._failed(res, msg, cls, error, elapsed)
+            self._hook(job, "after_failed", error)
+        self.writer.end(error is not None)
+
+    def _timeout(self, msg: dict, cls) -> float | None:
+        value = msg.get("timeout")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+        if cls is not None:
+            value = cls.get_options().get("timeout")
+            if value:
+                return float(value)
+        return self.config.job_timeout
+
+    def _hook(self, job, name: str, *args) -> None:
+        if job is None:
+            return
+        try:
+            getattr(job, name)(*args)
+        except Exception:  # noqa: BLE001 - a broken hook must not fail a finished job
+            log.exception("class=%s jid=%s %s hook raised", type(job).__name__, job.jid, name)
+
+    def _failed(self, res: Reservation, msg: dict, cls, error: BaseException,
+                elapsed: float) -> None:
+        outcome = retry.decide(msg, error, res.queue, job_class=cls,
+                               max_retries=self.config.max_retries)
+        log.warning("class=%s jid=%s elapsed=%.3f fail: %s: %s -> %s", msg["class"], msg["jid"],
+                    elapsed, type(error).__qualname__, error, outcome.kind)
+        self._record(res, outcome.kind, outcome.score, outcome.payload)
+
+    def _reject(self, res: Reservation, err: PayloadError) -> None:
+        """A queue element that is not a usable job goes to dead as it came, with the reason
+        logged (Sidekiq does the same for invalid JSON): nothing is dropped."""
+        log.error("queue=%s unusable payload sent to dead: %s: %.200r", res.queue, err,
+                  res.payload)
+        self.writer.begin("", res.queue, "?", None)
+        self._record(res, "dead", time.time(), res.payload)
+        self.writer.end(True)
+
+    def _record(self, res: Reservation, kind: str, score: float, data) -> None:
+        """Write a failure; during a Redis outage keep trying (the job stays reserved until
+        this succeeds, and the master requeues it if we exit first)."""
+        backoff = BACKOFF_START
+        while True:
+            try:
+                self.fetcher.fail(res, kind, score, data)
+                return
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+                if self.stopping:
+                    raise
+                self._outage(e, backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)

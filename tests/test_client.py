@@ -1,0 +1,480 @@
+"""queued.client: the exact commands and bytes a push writes (SIDEKIQ_FORMAT.md sections 2-3).
+
+Most tests use the real redis-server from conftest; a few pure-logic ones use fakeredis.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import fakeredis
+import pytest
+import redis as redis_lib
+
+import queued.client as client_mod
+from queued.client import Client
+from queued.job import Job, registry
+from queued.middleware import client_middleware
+
+NOW = 1795235935.0895905
+JID = "aa4be698162a253757f09c1b"
+
+
+class CliPlainWorker(Job):
+    def perform(self, *args):
+        pass
+
+
+class CliCritical(Job):
+    queued_options = {"queue": "critical", "retry": 5, "timeout": 3}
+
+    def perform(self, *args):
+        pass
+
+
+@pytest.fixture
+def default_client(redis_url, monkeypatch):
+    monkeypatch.setattr(client_mod, "_default", None)
+    c = client_mod.configure(url=redis_url)
+    yield c
+    c.redis.close()
+
+
+@pytest.fixture
+def pinned(monkeypatch):
+    """Pin the clock to NOW and hand out jids from a known sequence."""
+    jids = iter([JID] + [f"{i:024x}" for i in range(1, 10_000)])
+    monkeypatch.setattr(client_mod, "clock", lambda: NOW)
+    monkeypatch.setattr(client_mod, "new_jid", lambda: next(jids))
+
+
+@pytest.fixture
+def commands(monkeypatch):
+    """Every pipeline a Client executes: a list of (transaction, [command args...])."""
+    seen: list[tuple[bool, list[tuple]]] = []
+    real = redis_lib.client.Pipeline.execute
+
+    def execute(self, *a, **kw):
+        seen.append((self.transaction, [tuple(args) for args, _ in self.command_stack]))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(redis_lib.client.Pipeline, "execute", execute)
+    return seen
+
+
+@pytest.fixture
+def middleware():
+    before = set(client_middleware)
+    yield client_middleware
+    for cls in set(client_middleware) - before:
+        client_middleware.remove(cls)
+
+
+# --- perform_async / push ------------------------------------------------------------------------
+
+def test_perform_async_writes_exactly_what_sidekiq_writes(default_client, r, pinned, commands):
+    jid = CliCritical.perform_async("crit")
+    assert jid == JID
+    expected = ('{"retry":5,"queue":"critical","args":["crit"],"class":"CliCritical",'
+                '"jid":"aa4be698162a253757f09c1b","created_at":1795235935.0895905,'
+                '"enqueued_at":1795235935.0895905}')
+    assert commands == [(False, [("SADD", "queues", "critical"),
+                                 ("LPUSH", "queue:critical", expected)])]
+    assert r.smembers("queues") == {b"critical"}
+    assert r.lrange("queue:critical", 0, -1) == [expected.encode()]
+    assert sorted(r.keys("*")) == [b"queue:critical", b"queues"]
+
+
+def test_client_push_key_order_matches_section_3_1(default_client, r, pinned):
+    # SIDEKIQ_FORMAT 3.1 queue:critical [0], built by Client.push (class before args)
+    default_client.push({"class": "PlainWorker", "args": ["crit"], "queue": "critical", "retry": 5})
+    assert r.lrange("queue:critical", 0, -1) == [
+        b'{"retry":5,"queue":"critical","class":"PlainWorker","args":["crit"],'
+        b'"jid":"aa4be698162a253757f09c1b","created_at":1795235935.0895905,'
+        b'"enqueued_at":1795235935.0895905}']
+
+
+def test_enqueued_at_is_push_time_and_created_at_is_kept(default_client, r):
+    before = time.time()
+    jid = default_client.push({"class": "X", "args": [], "created_at": 1234.5, "jid": "j" * 24})
+    msg = json.loads(r.rpop("queue:default"))
+    assert jid == "j" * 24 and msg["created_at"] == 1234.5
+    assert before <= msg["enqueued_at"] <= time.time()
+    # caller-given jid/created_at stay where the caller put them (Ruby's ||= on a present key)
+    assert list(msg) == ["retry", "queue", "class", "args", "created_at", "jid", "enqueued_at"]
+
+
+def test_unknown_keys_preserved_in_order(default_client, r, pinned):
+    default_client.push({"class": "PlainWorker", "args": ["custom"], "tags": ["alpha", "beta"],
+                         "custom": {"tenant": 7, "trace": "abc"}, "x_extra": 1})
+    assert r.lpop("queue:default") == (
+        b'{"retry":true,"queue":"default","class":"PlainWorker","args":["custom"],'
+        b'"tags":["alpha","beta"],"custom":{"tenant":7,"trace":"abc"},"x_extra":1,'
+        b'"jid":"aa4be698162a253757f09c1b","created_at":1795235935.0895905,'
+        b'"enqueued_at":1795235935.0895905}')
+
+
+def test_args_round_trip_byte_exact(default_client, r):
+    args = [1, -2, 1099511627776, 2**64 + 7, 1.0, 3.14159, "str", "ünïcødé ☃ 日本語 😀",
+            {"nested": {"a": [1, 2, {"b": None}]}}, None, True, False, [], "a/b", "\u0001"]
+    CliPlainWorker.perform_async(*args)
+    raw = r.rpop("queue:default")
+    assert ('"args":[1,-2,1099511627776,18446744073709551623,1.0,3.14159,"str",'
+            '"ünïcødé ☃ 日本語 😀",{"nested":{"a":[1,2,{"b":null}]}},null,true,false,[],'
+            '"a/b","\\u0001"]').encode() in raw
+    back = json.loads(raw)["args"]
+    assert back == args and type(back[4]) is float and type(back[0]) is int
+
+
+def test_job_class_payload_options(default_client, r):
+    class CliOptsJob(Job):
+        queued_options = {"queue": "low", "retry": 3, "backtrace": 10, "dead": False,
+                          "retry_queue": "rq", "tags": ["a"], "timeout": 9}
+
+    CliOptsJob.perform_async("bt")
+    msg = json.loads(r.rpop("queue:low"))
+    assert list(msg) == ["retry", "queue", "backtrace", "dead", "retry_queue", "tags", "args",
+                         "class", "jid", "created_at", "enqueued_at"]
+    assert "timeout" not in msg
+    CliOptsJob.set(timeout=2.5).perform_async("t")
+    assert json.loads(r.rpop("queue:low"))["timeout"] == 2.5
+    registry.unregister("CliOptsJob")
+
+
+def test_push_with_job_class_and_string_class(default_client, r):
+    default_client.push({"class": CliCritical, "args": [1], "queue": "other"})
+    assert json.loads(r.rpop("queue:other"))["retry"] == 5
+    # a class *name* gets Sidekiq's default options, as in Ruby (the class need not exist here)
+    default_client.push({"class": "CliCritical", "args": [1]})
+    msg = json.loads(r.rpop("queue:default"))
+    assert msg["retry"] is True and msg["class"] == "CliCritical"
+
+
+def test_push_does_not_mutate_the_item(default_client):
+    item = {"class": "X", "args": [1], "at": time.time() + 60}
+    copy = json.loads(json.dumps(item))
+    default_client.push(item)
+    assert item == copy
+
+
+# --- scheduling ---------------------------------------------------------------------------------
+
+def test_scheduled_job_goes_to_schedule_without_at_or_enqueued_at(default_client, r, pinned, commands):
+    CliPlainWorker.perform_in(600, "scheduled", 42)
+    assert r.keys("*") == [b"schedule"]
+    ((member, score),) = r.zrange("schedule", 0, -1, withscores=True)
+    assert member == (b'{"retry":true,"queue":"default","class":"CliPlainWorker",'
+                      b'"args":["scheduled",42],"jid":"aa4be698162a253757f09c1b",'
+                      b'"created_at":1795235935.0895905}')
+    assert score == NOW + 600
+    assert commands == [(False, [("ZADD", "schedule", NOW + 600, member.decode())])]
+
+
+def test_at_in_the_past_goes_straight_to_the_queue(default_client, r):
+    default_client.push({"class": "X", "args": [1], "at": time.time() - 5})
+    CliPlainWorker.perform_in(-1, 2)
+    CliPlainWorker.perform_at(time.time() - 1, 3)
+    assert r.zcard("schedule") == 0
+    msgs = [json.loads(m) for m in r.lrange("queue:default", 0, -1)]
+    assert [m["args"] for m in msgs] == [[3], [2], [1]]
+    assert all("at" not in m and "enqueued_at" in m for m in msgs)
+
+
+def test_push_with_future_at(default_client, r):
+    at = time.time() + 30
+    jid = default_client.push({"class": "X", "args": [], "at": at, "queue": "q"})
+    ((member, score),) = r.zrange("schedule", 0, -1, withscores=True)
+    msg = json.loads(member)
+    assert score == at and msg["jid"] == jid and msg["queue"] == "q"
+    assert "at" not in msg and "enqueued_at" not in msg
+    assert not r.exists("queues")  # SADD queues happens when the scheduler enqueues it
+
+
+# --- push_bulk -------------------------------------------------------------------------------
+
+def test_push_bulk_one_sadd_one_lpush_fifo_shared_timestamps(default_client, r, commands):
+    jids = default_client.push_bulk({"class": "X", "args": [[1], [2], [3]], "queue": "bulk"})
+    assert len(set(jids)) == 3
+    assert len(commands) == 1
+    (transaction, cmds), = commands
+    assert not transaction
+    assert [c[:2] for c in cmds] == [("SADD", "queues"), ("LPUSH", "queue:bulk")]
+    assert len(cmds[1]) == 2 + 3
+    popped = [json.loads(r.rpop("queue:bulk")) for _ in range(3)]
+    assert [m["args"] for m in popped] == [[1], [2], [3]]  # FIFO: j1 comes out first
+    assert [m["jid"] for m in popped] == jids
+    assert len({m["created_at"] for m in popped}) == 1
+    assert len({m["enqueued_at"] for m in popped}) == 1
+
+
+def test_push_bulk_chunks(default_client, r, commands):
+    jids = default_client.push_bulk({"class": "X", "args": [[i] for i in range(5)]}, batch_size=2)
+    assert [len(cmds[1]) - 2 for _, cmds in commands] == [2, 2, 1]
+    popped = [json.loads(r.rpop("queue:default")) for _ in range(5)]
+    assert [m["args"][0] for m in popped] == list(range(5))
+    assert [m["jid"] for m in popped] == jids
+    assert len({(m["created_at"], m["enqueued_at"]) for m in popped}) == 1
+
+
+def test_push_bulk_default_chunk_is_1000(default_client, r, commands):
+    default_client.push_bulk({"class": "X", "args": [[i] for i in range(2500)]})
+    assert [len(cmds[1]) - 2 for _, cmds in commands] == [1000, 1000, 500]
+    assert r.llen("queue:default") == 2500
+    assert json.loads(r.rpop("queue:default"))["args"] == [0]
+
+
+def test_push_bulk_scheduled(default_client, r, commands):
+    at = time.time() + 100
+    jids = default_client.push_bulk({"class": "X", "args": [["a"], ["b"]], "at": at})
+    (_, cmds), = commands
+    assert [c[:2] for c in cmds] == [("ZADD", "schedule")]
+    members = r.zrange("schedule", 0, -1, withscores=True)
+    assert sorted(json.loads(m)["jid"] for m, _ in members) == sorted(jids)
+    assert {s for _, s in members} == {at}
+    assert all("at" not in json.loads(m) and "enqueued_at" not in json.loads(m) for m, _ in members)
+
+
+def test_push_bulk_at_per_job(default_client, r):
+    now = time.time()
+    default_client.push_bulk({"class": "X", "args": [["a"], ["b"], ["c"]],
+                              "at": [now + 10, now + 20, now - 1]})
+    assert [(json.loads(m)["args"], s) for m, s in r.zrange("schedule", 0, -1, withscores=True)] \
+        == [(["a"], now + 10), (["b"], now + 20)]
+    assert json.loads(r.rpop("queue:default"))["args"] == ["c"]
+
+
+def test_push_bulk_validation():
+    c = Client(fakeredis.FakeRedis())
+    assert c.push_bulk({"class": "X", "args": []}) == []
+    for bad in ({"class": "X", "args": [1, 2]}, {"class": "X", "args": "no"},
+                {"class": "X", "args": [[1]], "at": "soon"},
+                {"class": "X", "args": [[1]], "at": []},
+                {"class": "X", "args": [[1], [2]], "at": [1.0]}):
+        with pytest.raises(ValueError):
+            c.push_bulk(bad)
+    with pytest.raises(ValueError):
+        c.push_bulk({"class": "X", "args": [[1]]}, batch_size=0)
+
+
+# --- namespace, raw, validation ------------------------------------------------------------------
+
+def test_namespace_prefixes_every_key(redis_url, r):
+    c = Client(url=redis_url, namespace="ns")
+    c.push({"class": "X", "args": [1], "queue": "q"})
+    c.push({"class": "X", "args": [1], "at": time.time() + 60})
+    c.push_bulk({"class": "X", "args": [[1], [2]]})
+    c.push_raw("raw", b"{}")
+    assert sorted(r.keys("*")) == [b"ns:queue:default", b"ns:queue:q", b"ns:queue:raw",
+                                   b"ns:queues", b"ns:schedule"]
+    assert r.smembers("ns:queues") == {b"q", b"default", b"raw"}
+    c.redis.close()
+
+
+def test_push_raw_writes_the_exact_bytes(default_client, r, commands):
+    raw = b'{"class":"X","args":[1.0],"jid":"abc","weird":"\\ud83d\\ude00"}'
+    default_client.push_raw("rawq", raw)
+    assert commands == [(False, [("SADD", "queues", "rawq"), ("LPUSH", "queue:rawq", raw)])]
+    assert r.lrange("queue:rawq", 0, -1) == [raw]
+
+
+@pytest.mark.parametrize("item", [
+    {"class": "X"},
+    {"args": []},
+    {"class": "X", "args": (1, 2)},
+    {"class": "", "args": []},
+    {"class": 42, "args": []},
+    {"class": dict, "args": []},
+    {"class": "X", "args": [], "at": "tomorrow"},
+    {"class": "X", "args": [], "at": None},
+    {"class": "X", "args": [], "queue": ""},
+    {"class": "X", "args": [], "queue": None},
+    {"class": "X", "args": [], "tags": "a,b"},
+    {"class": "X", "args": [], 1: 2},
+    ["class", "X"],
+])
+def test_normalize_rejects(item):
+    with pytest.raises(ValueError):
+        Client(fakeredis.FakeRedis()).normalize(item)
+
+
+def test_normalize_abstract_class_rejected():
+    class CliAbstract(Job):
+        queued_options = {"abstract": True}
+
+    with pytest.raises(ValueError, match="abstract"):
+        Client(fakeredis.FakeRedis()).normalize({"class": CliAbstract, "args": []})
+
+
+def test_normalize_order_and_defaults():
+    c = Client(fakeredis.FakeRedis())
+    msg = c.normalize({"x": 1, "class": "X", "queue": "q", "args": [], "retry": False})
+    assert list(msg) == ["retry", "queue", "x", "class", "args", "jid", "created_at"]
+    assert msg["retry"] is False and msg["queue"] == "q" and len(msg["jid"]) == 24
+    int(msg["jid"], 16)
+    # Ruby truthiness: a created_at of 0 is kept
+    assert c.normalize({"class": "X", "args": [], "created_at": 0})["created_at"] == 0
+
+
+def test_non_json_args_fail_before_anything_is_written():
+    fr = fakeredis.FakeRedis()
+    with pytest.raises(TypeError):
+        Client(fr).push({"class": "X", "args": [object()]})
+    with pytest.raises(ValueError):
+        Client(fr).push({"class": "X", "args": [float("nan")]})
+    assert fr.keys("*") == []
+
+
+# --- middleware ----------------------------------------------------------------------------------
+
+def test_client_middleware_modifies_and_cancels(default_client, r, middleware):
+    calls = []
+
+    class Tag:
+        def __call__(self, job, msg, queue, call_next):
+            calls.append((job, queue))
+            msg["tenant"] = 7
+            return call_next()
+
+    class CancelOdd:
+        def __call__(self, job, msg, queue, call_next):
+            if msg["args"][0] % 2:
+                return None
+            return call_next()
+
+    middleware.add(Tag)
+    middleware.add(CancelOdd)
+    assert CliPlainWorker.perform_async(1) is None
+    jid = CliPlainWorker.perform_async(2)
+    assert jid is not None
+    assert calls == [("CliPlainWorker", "default")] * 2
+    (raw,) = r.lrange("queue:default", 0, -1)
+    msg = json.loads(raw)
+    assert msg["jid"] == jid and msg["tenant"] == 7
+    assert list(msg)[-2:] == ["tenant", "enqueued_at"]
+
+    jids = default_client.push_bulk({"class": "X", "args": [[1], [2], [3], [4]], "queue": "b"})
+    assert len(jids) == 2
+    assert [json.loads(m)["args"] for m in r.lrange("queue:b", 0, -1)] == [[4], [2]]
+
+
+def test_middleware_can_reroute_and_returning_none_after_next_still_pushes(default_client, r,
+                                                                          middleware):
+    class Reroute:
+        def __call__(self, job, msg, queue, call_next):
+            msg["queue"] = "elsewhere"
+            call_next()  # forgot to return: the push still happens (call_next was reached)
+
+    middleware.add(Reroute)
+    CliPlainWorker.perform_async(1)
+    assert r.smembers("queues") == {b"elsewhere"}
+    assert r.llen("queue:elsewhere") == 1
+
+
+# --- default client --------------------------------------------------------------------------
+
+def test_default_client_from_redis_url(redis_url, r, monkeypatch):
+    monkeypatch.setattr(client_mod, "_default", None)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    c = client_mod.default_client()
+    assert client_mod.default_client() is c and client_mod.get_redis() is c.redis
+    assert c.keys.ns == ""
+    CliPlainWorker.perform_async(1)
+    assert r.llen("queue:default") == 1
+    c.redis.close()
+
+
+def test_default_url_without_env(monkeypatch):
+    monkeypatch.setattr(client_mod, "_default", None)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    kw = client_mod.default_client().redis.connection_pool.connection_kwargs
+    assert (kw["host"], kw["port"], kw.get("db", 0)) == ("127.0.0.1", 6379, 0)
+
+
+def test_configure_with_namespace_and_redis(monkeypatch, r):
+    monkeypatch.setattr(client_mod, "_default", None)
+    c = client_mod.configure(redis=r, namespace="app")
+    assert client_mod.default_client() is c and client_mod.get_redis() is r
+    CliPlainWorker.perform_async(1)
+    assert r.llen("app:queue:default") == 1
+
+
+def test_job_class_client_attribute(redis_url, r, default_client):
+    other = Client(url=redis_url, namespace="other")
+
+    class CliOwnClient(Job):
+        client = other
+
+    class CliApiClient(Job):
+        client = object()  # the job's own API client: not a queued Client, so ignored
+
+    CliOwnClient.perform_async(1)
+    CliApiClient.perform_async(1)
+    assert r.llen("other:queue:default") == 1 and r.llen("queue:default") == 1
+    registry.unregister("CliOwnClient")
+    registry.unregister("CliApiClient")
+    other.redis.close()
+
+
+def test_default_client_survives_fork(default_client, r):
+    """The master configures and uses the client, then forks: the child's first push must open
+    its own connection (redis-py resets an inherited pool), and the parent's keeps working."""
+    CliPlainWorker.perform_async("parent-before")
+    parent_conn = default_client.redis.connection_pool._available_connections[0]
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 1
+        try:
+            client_mod.default_client().push({"class": "X", "args": ["child"], "queue": "forked"})
+            pool = client_mod.get_redis().connection_pool
+            code = 0 if parent_conn not in pool._available_connections else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    CliPlainWorker.perform_async("parent-after")
+    assert default_client.redis.connection_pool._available_connections[0] is parent_conn
+    assert r.llen("queue:forked") == 1 and r.llen("queue:default") == 2
+
+
+def test_failover_error_reconnects_and_retries_once():
+    class Pipe:
+        def __init__(self, owner):
+            self.owner = owner
+            self.cmds = []
+
+        def sadd(self, *a):
+            self.cmds.append(("sadd",) + a)
+
+        def lpush(self, *a):
+            self.cmds.append(("lpush",) + a)
+
+        def execute(self):
+            self.owner.attempts.append(self.cmds)
+            if len(self.owner.attempts) <= self.owner.fail_times:
+                raise redis_lib.ReadOnlyError("You can't write against a read only replica.")
+            return [1, 1]
+
+    class Pool:
+        def __init__(self):
+            self.disconnects = 0
+
+        def disconnect(self):
+            self.disconnects += 1
+
+    class FakeRedis:
+        def __init__(self, fail_times):
+            self.fail_times = fail_times
+            self.attempts = []
+            self.connection_pool = Pool()
+
+        def pipeline(self, transaction=True):
+            assert transaction is False
+            return Pipe(self)
+
+    fr = FakeRedis(1)
+    Client(fr).push_raw("q", "{}")
+    assert len(fr.attempts) == 2 and fr.attempts[0] == fr.attempts[1]
+    assert fr.connection_pool.disconnects == 1
+    with pytest.raises(redis_lib.ReadOnlyError):
+        Client(FakeRedis(2)).push_raw("q", "{}")
