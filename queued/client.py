@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Iterable
 
 import redis as redis_lib
+from redis.exceptions import ReadOnlyError, ResponseError
 
 from .keys import Keys
 from .middleware import Chain, client_middleware
@@ -205,8 +206,8 @@ class Client:
             fill(pipe)
             try:
                 return pipe.execute()
-            except redis_lib.ResponseError as e:  # ReadOnlyError is one
-                failover = isinstance(e, redis_lib.ReadOnlyError) or str(e).startswith(_RETRYABLE)
+            except ResponseError as e:  # ReadOnlyError is one
+                failover = isinstance(e, ReadOnlyError) or str(e).startswith(_RETRYABLE)
                 if attempt == 2 or not failover:
                     raise
                 self.redis.connection_pool.disconnect()

@@ -13,9 +13,9 @@ reaches the master alone: the master stops its workers first, requeues, and only
 Redis. Should the master itself die (SIGKILL, OOM), the kernel sends Redis SIGTERM
 (``PR_SET_PDEATHSIG``, Linux) so it saves and exits instead of lingering and blocking the next
 start; this ties Redis to the *thread* that started it, so call ``start()`` from the master's
-main thread. ``stop()`` signals this child's PID and nothing else (never SHUTDOWN over a socket that
-might belong to someone else), and does nothing in a forked worker. One directory serves one
-master: a live redis-server already on the socket is an error, a stale pid file is removed.
+main thread. ``stop()`` signals this child's PID and nothing else (never SHUTDOWN over a socket
+that might belong to someone else), and does nothing in a forked worker. One directory serves
+one master: a live redis-server already on the socket is an error, a stale pid file is removed.
 """
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ class EmbeddedRedis:
             try:
                 self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
                                               stderr=log, start_new_session=True,
-                                              preexec_fn=None)
+                                              preexec_fn=_parent_death_hook())
             except OSError as e:
                 raise ConfigError(f"embedded_redis: cannot run {binary}: {e}") from e
         self._owner = os.getpid()

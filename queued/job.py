@@ -13,7 +13,9 @@ This module owns:
 Time arguments follow Sidekiq: a number below 1_000_000_000 is an interval from now, anything
 else an absolute epoch (so ``perform_at`` and ``perform_in`` are the same method, as in Ruby);
 ``datetime`` is absolute (naive = local time), ``timedelta`` relative. A time not in the future
-enqueues right away.
+enqueues right away. Unlike Ruby's Setter, a later time that is not in the future (a second
+``set(wait=...)``, or ``perform_in`` on a ``set(wait=...)``) clears an earlier ``at`` instead
+of leaving it in place: the last time given wins.
 """
 from __future__ import annotations
 
@@ -297,7 +299,8 @@ class Setter:
 
     def perform_bulk(self, args: Any, *, batch_size: int = 1000) -> list[str]:
         """One push_bulk (one SADD + one LPUSH per ``batch_size`` jobs); returns the jids."""
-        if not isinstance(args, (list, tuple)) or not all(isinstance(a, (list, tuple)) for a in args):
+        seqs = (list, tuple)
+        if not isinstance(args, seqs) or not all(isinstance(a, seqs) for a in args):
             raise ValueError("perform_bulk takes a list of argument lists: [[1], [2]]")
         item = {**self._opts, "class": self._job, "args": [list(a) for a in args]}
         return self._job.queued_client().push_bulk(item, batch_size=batch_size)

@@ -101,3 +101,30 @@ def r(redis_url):
     client = redis_lib.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture
+def daemon(redis_url, tmp_path, r):
+    """``daemon(**settings)`` starts a real queued master; all are killed at teardown."""
+    from harness import Daemon
+    started = []
+
+    def start(*extra, wait=True, **settings):
+        d = Daemon(redis_url, tmp_path, **settings)
+        started.append(d)
+        return d.start(*extra, wait=wait)
+
+    yield start
+    for d in started:
+        d.cleanup()
+
+
+@pytest.fixture
+def producer(redis_url):
+    """queued's client pointed at the test Redis (restored afterwards)."""
+    import queued.client as qc
+    old = qc._default if hasattr(qc, "_default") else None
+    client = qc.configure(url=redis_url)
+    yield client
+    if hasattr(qc, "_default"):
+        qc._default = old

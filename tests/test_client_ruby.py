@@ -20,7 +20,6 @@ import pytest
 import redis as redis_lib
 
 import queued.client as client_mod
-from queued.client import Client
 from queued.job import Job
 
 IN_CI = bool(os.environ.get("CI"))
@@ -29,8 +28,8 @@ IN_CI = bool(os.environ.get("CI"))
 def _ruby_sidekiq_missing() -> str | None:
     if shutil.which("ruby") is None:
         return "ruby is not installed"
-    probe = subprocess.run(["ruby", "-e", 'require "sidekiq"; exit(Sidekiq::VERSION.start_with?("6.") ? 0 : 3)'],
-                           capture_output=True, timeout=60)
+    check = 'require "sidekiq"; exit(Sidekiq::VERSION.start_with?("6.") ? 0 : 3)'
+    probe = subprocess.run(["ruby", "-e", check], capture_output=True, timeout=60)
     if probe.returncode != 0:
         return f"the sidekiq 6.x gem is not loadable: {probe.stderr.decode()[-300:]}"
     return None

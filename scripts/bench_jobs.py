@@ -1,0 +1,24 @@
+"""Jobs for scripts/bench. Each one costs the job itself exactly one Redis command, like the
+Sidekiq anchor in SIDEKIQ_FORMAT.md section 9 (``INCR bench:done``)."""
+import time
+
+import queued
+
+
+class BenchJob(queued.Job):
+    """No-op job: one INCR. The first and the last job stamp their finish time."""
+
+    def perform(self, total):
+        r = queued.get_redis()
+        n = r.incr("bench:done")
+        if n == 1 or n == total:
+            r.set("bench:first" if n == 1 else "bench:last", repr(time.time()))
+
+
+class LatencyJob(queued.Job):
+    """Records how long after its push (``enqueued_at``) or its due time it started."""
+
+    def perform(self, due=None):
+        started = time.time()
+        base = due if due is not None else self.msg["enqueued_at"]
+        queued.get_redis().rpush("bench:lat", repr(started - base))

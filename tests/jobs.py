@@ -1,0 +1,118 @@
+"""Job classes the tests run inside real daemons (like RQ's fixtures.py).
+
+Every job records what it did in Redis under ``t:`` keys, so a test can count runs by jid.
+"""
+import ctypes
+import os
+import signal
+import time
+
+import queued
+
+RUNS = "t:runs"        # hash jid -> number of times perform started
+DONE = "t:done"        # hash jid -> number of times perform finished
+ORDER = "t:order"      # list of tags in the order jobs ran
+
+
+def _r():
+    return queued.get_redis()
+
+
+def _start(job, tag=None):
+    r = _r()
+    pipe = r.pipeline(transaction=False)
+    pipe.hincrby(RUNS, job.jid, 1)
+    if tag is not None:
+        pipe.rpush(ORDER, tag)
+    pipe.execute()
+
+
+def _finish(job):
+    _r().hincrby(DONE, job.jid, 1)
+
+
+class Record(queued.Job):
+    def perform(self, tag=None, *rest):
+        _start(self, tag)
+        _finish(self)
+
+
+class Sleep(queued.Job):
+    def perform(self, seconds, tag=None):
+        _start(self, tag)
+        time.sleep(seconds)
+        _finish(self)
+
+
+class Fail(queued.Job):
+    queued_options = {"retry": 2}
+
+    def perform(self, message="boom"):
+        _start(self)
+        raise RuntimeError(message)
+
+
+class Crash(queued.Job):
+    """Kills its own worker: how is "kill", "exit" or "segv"."""
+    queued_options = {"retry": 1}
+
+    def perform(self, how="kill", times=1000):
+        _start(self)
+        if _r().hincrby("t:crashes", self.jid, 1) <= times:
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif how == "exit":
+                os._exit(7)
+            else:
+                ctypes.string_at(0)
+        _finish(self)
+
+
+class BlockAlarm(queued.Job):
+    """Ignores its time limit the way C code does: SIGALRM blocked."""
+    queued_options = {"timeout": 0.3, "retry": 0}
+
+    def perform(self, seconds):
+        _start(self)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(seconds)
+        _finish(self)
+
+
+class Swallow(queued.Job):
+    """Ignores its time limit the way careless code does: catches everything."""
+    queued_options = {"timeout": 0.3, "retry": 0}
+
+    def perform(self, seconds):
+        _start(self)
+        end = time.time() + seconds
+        while time.time() < end:
+            try:
+                time.sleep(0.05)
+            except BaseException:  # noqa: BLE001 - the point of this job
+                pass
+        _finish(self)
+
+
+class Timed(queued.Job):
+    queued_options = {"timeout": 0.3, "retry": 1}
+
+    def perform(self, seconds):
+        _start(self)
+        time.sleep(seconds)
+        _finish(self)
+
+
+class Hooks(queued.Job):
+    queued_options = {"retry": 0}
+
+    def perform(self, fail=False):
+        _start(self)
+        if fail:
+            raise ValueError("hook test")
+
+    def after_succeeded(self):
+        _r().rpush("t:hooks", f"ok:{self.jid}")
+
+    def after_failed(self, exc):
+        _r().rpush("t:hooks", f"failed:{self.jid}:{type(exc).__name__}")
