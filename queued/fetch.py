@@ -5,12 +5,12 @@ and one landing list per queue that an idle worker BLMOVEs into. A job is always
 a landing list, the reserved zset, or (after a failure) retry/dead: never only in memory. So
 when the worker dies, the master puts everything the slot holds back (recovery.py).
 
-Round trips are the cost of a job, so:
-- one reserve call takes up to ``batch`` jobs (grown while jobs are short and the queue is deep,
-  see Worker), so a deep queue costs well under one round trip per job;
-- acks are written behind: the ZREM is sent and its reply read before the next call on this
-  connection, so a job's ack never waits for Redis. Redis applies commands in order, so the
-  ack lands before anything the worker does next.
+Round trips are the cost of a job, so one call does two things: it acks the jobs the worker
+finished and reserves up to ``batch`` more (reserve.lua). The batch grows while jobs are short
+and the queue is deep (see Worker), so a deep queue costs well under one round trip per job,
+and a single slow job is acked the moment it ends (the next reserve follows at once). The
+price: a worker killed in the few milliseconds between finishing a short job and its batch's
+next call runs that job again. At-least-once allows it; docs/operating.md says so.
 """
 from __future__ import annotations
 
@@ -80,67 +80,62 @@ class Fetcher:
         self.redis = connection.make_redis(url, socket_timeout=block_seconds + connection.SOCKET_TIMEOUT,
                                            name=f"queued-worker-{slot}")
         self._conn = None
-        self._pending: list[bytes] = []   # acks sent, replies not yet read
-        self._unsent: list[bytes] = []    # acks to send again after a connection error
+        self._acks: list[bytes] = []  # finished jobs whose ZREM goes out with the next call
 
     # --- the dedicated connection ---------------------------------------------------------
     def _connection(self):
         if self._conn is None:
             self._conn = self.redis.connection_pool.get_connection()
-            for member in self._unsent:
-                self._send_ack(member)
-            self._unsent = []
         return self._conn
 
-    def _send_ack(self, member: bytes) -> None:
-        self._pending.append(member)  # first, so a failed send is retried (reset_connection)
-        self._conn.send_command("ZREM", self.reserved_key, member)
-
-    def _drain(self) -> None:
-        while self._pending:
-            member = self._pending[0]
-            if self._conn.read_response() == 0:
-                _, payload = split_member(member)
-                log.warning("ack found no reservation (it was recovered after a lease expiry "
-                            "and may run again): %.200s", payload.decode("utf-8", "replace"))
-            self._pending.pop(0)
-
-    def _call(self, *args):
+    def _call(self, *args, with_acks: bool = True):
+        """One command on the worker's own connection; pending acks ride in the same write
+        (reserve passes them inside the script instead)."""
         conn = self._connection()
+        commands = [args]
+        if self._acks and with_acks:
+            commands.insert(0, ("ZREM", self.reserved_key, *self._acks))
         try:
-            self._drain()
-            conn.send_command(*args)
+            conn.send_packed_command(conn.pack_commands(commands))
+            if len(commands) == 2:
+                self._acked(len(self._acks), conn.read_response())
             return conn.read_response()
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             self.reset_connection()
             raise
 
+    def _acked(self, sent: int, found: int) -> None:
+        if found < sent:
+            log.warning("%d finished job(s) had lost their reservation (recovered after a lease "
+                        "expiry); they may run again", sent - found)
+        self._acks = []
+
     def reset_connection(self) -> None:
-        """Drop the connection after an error or an interrupted blocking read. Acks whose
-        replies never came are sent again on the next connection (ZREM is idempotent)."""
-        self._unsent = self._unsent + self._pending
-        self._pending = []
+        """Drop the connection after an error or an interrupted blocking read. Unsent acks
+        stay pending and go out with the next call (ZREM is idempotent)."""
         if self._conn is not None:
             try:
                 self._conn.disconnect()
             finally:
                 self._conn = None
 
-    def _script(self, script, keys, args):
+    def _script(self, script, keys, args, with_acks: bool = True):
         try:
-            return self._call(*script.command(keys, args))
+            return self._call(*script.command(keys, args), with_acks=with_acks)
         except redis.exceptions.NoScriptError:
-            return self._call(*script.eval_command(keys, args))
+            return self._call(*script.eval_command(keys, args), with_acks=with_acks)
 
     # --- operations -------------------------------------------------------------------------
     def reserve(self, n: int, landing_queue: str | None = None) -> list[Reservation]:
         """Take up to n jobs (and whatever a blocking fetch landed) without blocking."""
         landing_queue = landing_queue or self.block_queue
         keys = [self.reserved_key, self.landings[landing_queue], *self.queue_keys]
-        args = [n, len(self.queues), landing_queue, *self.queues,
+        acks = self._acks
+        args = [n, len(self.queues), landing_queue, len(acks), *acks, *self.queues,
                 *fetch_orders(self.queues, self.weighted, self.strict, n, self.rng)]
-        members = self._script(RESERVE, keys, args)
-        return [Reservation(m, *split_member(m)) for m in members]
+        reply = self._script(RESERVE, keys, args, with_acks=False)
+        self._acked(len(acks), reply[0])
+        return [Reservation(m, *split_member(m)) for m in reply[1:]]
 
     def block(self) -> bool:
         """Wait for a job on this slot's queue; True when one landed. BLMOVE keeps it in Redis
@@ -151,21 +146,16 @@ class Fetcher:
         return got is not None
 
     def ack(self, res: Reservation) -> None:
-        """Send the ack without waiting for it. If Redis is away it is kept and sent on the
-        next connection; the job stays reserved (never lost) until then."""
-        try:
-            self._connection()
-            self._send_ack(res.member)
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            self.reset_connection()
-            if res.member not in self._unsent:
-                self._unsent.append(res.member)
+        """Mark a job finished; its ZREM goes out with the next call on this connection."""
+        self._acks.append(res.member)
 
     def flush(self) -> None:
-        """Read outstanding ack replies (before exit, so none is left unsent)."""
-        if self._conn is not None:
+        """Send pending acks now (before the worker exits or blocks)."""
+        if self._acks:
+            conn = self._connection()
             try:
-                self._drain()
+                conn.send_command("ZREM", self.reserved_key, *self._acks)
+                self._acked(len(self._acks), conn.read_response())
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 self.reset_connection()
                 raise

@@ -71,19 +71,18 @@ class Scheduler:
 
     def poll(self) -> float | None:
         """Move everything due; return seconds until the next known due job, if any."""
-        soonest = None
-        for zset in (self.keys.retry, self.keys.schedule):  # Sidekiq's order
-            while True:
-                reply = DUE(self.r, [zset], [BATCH])
-                now, nxt, members = float(reply[0]), reply[1], reply[2:]
-                if members:
-                    self._enqueue(zset, members, now)
-                if len(members) < BATCH:
-                    break
-            if nxt is not None:
-                delta = float(nxt) - now
-                soonest = delta if soonest is None else min(soonest, delta)
-        return soonest
+        zsets = [self.keys.retry, self.keys.schedule]  # Sidekiq's order
+        while True:
+            reply = DUE(self.r, zsets, [BATCH])
+            now, nxt, i, full = float(reply[0]), reply[1], 2, False
+            for zset in zsets:
+                count = int(reply[i])
+                if count:
+                    self._enqueue(zset, reply[i + 1:i + 1 + count], now)
+                full = full or count == BATCH
+                i += 1 + count
+            if not full:
+                return None if nxt is None else float(nxt) - now
 
     def _enqueue(self, zset: str, members: list[bytes], now: float) -> None:
         keys, args = [zset, self.keys.queues], [repr(now)]

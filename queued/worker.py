@@ -59,6 +59,7 @@ class Worker:
         self.stopping = False
         self.blocking = False
         self.batch = 1
+        self._class_timeouts: dict[type, float | None] = {}
 
     # --- process setup -----------------------------------------------------------------------
     def run(self) -> None:
@@ -212,9 +213,11 @@ class Worker:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return float(value)
         if cls is not None:
-            value = cls.get_options().get("timeout")
-            if value:
-                return float(value)
+            if cls not in self._class_timeouts:  # options are fixed once the class exists
+                value = cls.get_options().get("timeout")
+                self._class_timeouts[cls] = float(value) if value else None
+            if self._class_timeouts[cls]:
+                return self._class_timeouts[cls]
         return self.config.job_timeout
 
     def _hook(self, job, name: str, *args) -> None:

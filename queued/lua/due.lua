@@ -1,14 +1,25 @@
--- due.lua: list the jobs of a schedule or retry zset whose time has come, by Redis's clock.
+-- due.lua: list the jobs of the retry and schedule zsets whose time has come, by Redis's
+-- clock, in one call (the scheduler leader makes this call many times a second).
 -- Read-only; enqueue_due.lua moves them, so a crash between the two loses nothing.
 --
--- KEYS[1]  zset (schedule or retry)
--- ARGV[1]  the most members to return
--- Returns {now, next_score_or_false, member...}: next_score is the earliest score still in
--- the future, so the scheduler can sleep exactly until then.
+-- KEYS[1..]  zsets, in the order to serve them (retry, then schedule: Sidekiq's order)
+-- ARGV[1]    the most members to return per zset
+-- Returns {now, next_score_or_false, count for KEYS[1], members of KEYS[1]..., count for
+-- KEYS[2], members...}: next_score is the earliest score still in the future over all the
+-- zsets, so the scheduler can sleep exactly until then.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-local nxt = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-local out = {tostring(now), nxt[2] or false}
-for _, m in ipairs(due) do out[#out + 1] = m end
+local limit = tonumber(ARGV[1])
+local out = {tostring(now), false}
+local soonest = nil
+for _, key in ipairs(KEYS) do
+  local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, limit)
+  out[#out + 1] = #due
+  for _, m in ipairs(due) do out[#out + 1] = m end
+  local nxt = redis.call('ZRANGEBYSCORE', key, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if nxt[2] and (soonest == nil or tonumber(nxt[2]) < soonest) then
+    soonest = tonumber(nxt[2])
+  end
+end
+if soonest then out[2] = tostring(soonest) end
 return out

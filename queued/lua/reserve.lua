@@ -1,6 +1,7 @@
--- reserve.lua: take up to N jobs for one worker slot, atomically, under Redis's clock.
--- Each job is popped from the RIGHT end of its queue (producers LPUSH, so FIFO) and added to
--- the slot's reserved zset. Jobs a blocked worker BLMOVEd into its landing list come first.
+-- reserve.lua: ack the jobs the worker finished and take up to N more for its slot, in one
+-- round trip, atomically, under Redis's clock. Each job is popped from the RIGHT end of its
+-- queue (producers LPUSH, so FIFO) and added to the slot's reserved zset. Jobs a blocked
+-- worker BLMOVEd into its landing list come first.
 --
 -- KEYS[1]          reserved zset of the slot (member: queue NUL token NUL payload)
 -- KEYS[2]          landing list of the slot for the queue named in ARGV[3] (may be empty)
@@ -8,16 +9,24 @@
 -- ARGV[1]          N, the most jobs to reserve
 -- ARGV[2]          Q, the number of queues
 -- ARGV[3]          name of the queue KEYS[2] belongs to
--- ARGV[4..3+Q]     queue names for KEYS[3..]
--- ARGV[4+Q..]      N fetch orders of Q 1-based queue indexes each: job i tries its own order,
+-- ARGV[4]          A, the number of acks that follow
+-- ARGV[5..4+A]     reserved members the worker finished (ZREM)
+-- ARGV[5+A..4+A+Q] queue names for KEYS[3..]
+-- then             N fetch orders of Q 1-based queue indexes each: job i tries its own order,
 --                  so weighted random order is drawn per job exactly as Sidekiq draws per fetch
--- Returns the new members, earliest first. Scores grow by 1 us per job so ZRANGE 0 0 is the
--- job the worker runs first.
+-- Returns {acks that found their reservation, new member...}, members earliest first. Scores
+-- grow by 1 us per job so ZRANGE 0 0 is the job the worker runs first.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local n = tonumber(ARGV[1])
 local q = tonumber(ARGV[2])
-local out = {}
+local a = tonumber(ARGV[4])
+local acked = 0
+for i = 5, 4 + a do
+  acked = acked + redis.call('ZREM', KEYS[1], ARGV[i])
+end
+local names = 4 + a
+local out = {acked}
 local function keep(queue, payload)
   local member = queue .. '\0' .. t[1] .. '.' .. t[2] .. '.' .. #out .. '\0' .. payload
   redis.call('ZADD', KEYS[1], now + #out / 1000000, member)
@@ -28,20 +37,20 @@ while landed do
   keep(ARGV[3], landed)
   landed = redis.call('RPOP', KEYS[2])
 end
-local order = 3 + q
-while #out < n do
+local order = names + q
+while #out <= n do
   local got = false
   for j = 1, q do
     local idx = tonumber(ARGV[order + j])
     local payload = redis.call('RPOP', KEYS[2 + idx])
     if payload then
-      keep(ARGV[3 + idx], payload)
+      keep(ARGV[names + idx], payload)
       got = true
       break
     end
   end
   if not got then break end
   order = order + q
-  if order + q > #ARGV then order = 3 + q end
+  if order + q > #ARGV then order = names + q end
 end
 return out
