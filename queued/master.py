@@ -22,7 +22,7 @@ import time
 import redis
 
 from . import payload as codec
-from . import recovery, retry, titles
+from . import events, recovery, retry, titles
 from .connection import make_redis
 from .errors import WORKER_BOOT_ERROR, JobTimeout, PayloadError, WorkerKilled
 from .heartbeat import Heartbeat, new_identity
@@ -49,10 +49,11 @@ RUNNING, QUIET, STOPPING = "running", "quiet", "stopping"
 
 
 class WorkerRecord:
-    def __init__(self, slot: int, pid: int):
+    def __init__(self, slot: int, pid: int, processed: int = 0):
         self.slot = slot
         self.pid = pid
         self.spawned = time.monotonic()
+        self.processed_at_spawn = processed  # the slot's job count when this worker began
         self.kill_reason: str | None = None   # "timeout", "shutdown", "silent"
         self.timeout_info: tuple[float, str] | None = None
 
@@ -86,6 +87,7 @@ class Master:
                  "" if self.config.strict else " (weighted)")
         if not self._connect():
             return 0
+        events.fire("startup")
         try:
             while not (self.state == STOPPING and not self.workers and not self.unrecovered):
                 self._wait()
@@ -123,6 +125,7 @@ class Master:
             delay = min(delay * 2, 5.0)
 
     def _finish(self) -> None:
+        events.fire("shutdown")
         views = self.table.views()
         for step in (lambda: self.heartbeat.clear(views), self.scheduler.resign,
                      lambda: recovery.unregister(self.r, self.keys, self.identity)):
@@ -171,6 +174,7 @@ class Master:
             return
         log.info("%s: quiet; running jobs finish, no new jobs are fetched", why)
         self.state = QUIET
+        events.fire("quiet")
         self._signal_workers(signal.SIGTERM)
         self._resign()
         self.next_beat = 0.0
@@ -245,7 +249,7 @@ class Master:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
         self.table.reset(slot, pid)
-        self.workers[pid] = WorkerRecord(slot, pid)
+        self.workers[pid] = WorkerRecord(slot, pid, self.table.read(slot).processed)
         self.free.discard(slot)
 
     def _reap(self) -> None:
@@ -265,7 +269,13 @@ class Master:
     def _exited(self, rec: WorkerRecord, status: int) -> None:
         code = os.waitstatus_to_exitcode(status)
         lived = time.monotonic() - rec.spawned
-        if code == WORKER_BOOT_ERROR or (code != 0 and lived < BOOT_GRACE and not rec.kill_reason):
+        # A worker that died in a job (busy, or after finishing some) did boot: its crash is
+        # the job's (counted and bounded by max_crashes below), not a reason to back off.
+        # Backing off here let a few poison pills stall a slot for up to SPAWN_BACKOFF_MAX.
+        v = self.table.read(rec.slot)
+        ran_jobs = v.busy or v.processed > rec.processed_at_spawn
+        if code == WORKER_BOOT_ERROR or (code != 0 and lived < BOOT_GRACE and not rec.kill_reason
+                                         and not ran_jobs):
             self.boot_failures[rec.slot] += 1
             delay = min(SPAWN_BACKOFF * 2 ** self.boot_failures[rec.slot], SPAWN_BACKOFF_MAX)
             self.next_spawn[rec.slot] = time.monotonic() + delay
@@ -389,6 +399,7 @@ class Master:
         if self.redis_down_since is not None:
             log.info("Redis is back after %.1fs", time.monotonic() - self.redis_down_since)
             self.redis_down_since = None
+        events.fire("heartbeat")
         if remote:
             log.info("remote signal %s received", remote)
             {"TSTP": self.quiet, "USR1": self.quiet, "TERM": self.stop,

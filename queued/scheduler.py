@@ -45,6 +45,7 @@ class Scheduler:
         self.leader = RENEW_LEADER(self.r, [self.keys.scheduler_leader],
                                    [self.identity, ttl_ms]) == 1
         if self.leader and not was:
+            self.next_poll = 0.0  # a backstop poll may have been planned seconds ahead
             log.info("this master now runs the scheduler (polling every %gs)",
                      self.config.scheduler_poll_interval)
 
