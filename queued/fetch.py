@@ -81,6 +81,7 @@ class Fetcher:
                                            name=f"queued-worker-{slot}")
         self._conn = None
         self._acks: list[bytes] = []  # finished jobs whose ZREM goes out with the next call
+        self._unread: list[list[bytes]] = []  # acks sent ahead (send_acks), replies unread
 
     # --- the dedicated connection ---------------------------------------------------------
     def _connection(self):
@@ -97,6 +98,7 @@ class Fetcher:
             commands.insert(0, ("ZREM", self.reserved_key, *self._acks))
         try:
             conn.send_packed_command(conn.pack_commands(commands))
+            self._read_unread(conn)
             if len(commands) == 2:
                 self._acked(len(self._acks), conn.read_response())
             return conn.read_response()
@@ -110,9 +112,35 @@ class Fetcher:
                         "expiry); they may run again", sent - found)
         self._acks = []
 
+    def _read_unread(self, conn) -> None:
+        while self._unread:
+            members = self._unread[0]
+            found = conn.read_response()
+            self._unread.pop(0)
+            if found < len(members):
+                log.warning("%d finished job(s) had lost their reservation (recovered after a "
+                            "lease expiry); they may run again", len(members) - found)
+
+    def send_acks(self) -> None:
+        """Send the pending acks now without waiting for the reply (it is read with the next
+        call's). The worker does this between the jobs of a batch: without it the finished
+        jobs of a batch stayed reserved while its later jobs ran, however long they took, and
+        ran again if the worker died meanwhile. Never raises: on a connection error the acks
+        stay pending and go out with the next call."""
+        if not self._acks:
+            return
+        members, self._acks = self._acks, []
+        self._unread.append(members)
+        try:
+            self._connection().send_command("ZREM", self.reserved_key, *members)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            self.reset_connection()
+
     def reset_connection(self) -> None:
         """Drop the connection after an error or an interrupted blocking read. Unsent acks
         stay pending and go out with the next call (ZREM is idempotent)."""
+        self._acks = [m for members in self._unread for m in members] + self._acks
+        self._unread = []
         if self._conn is not None:
             try:
                 self._conn.disconnect()
@@ -151,11 +179,14 @@ class Fetcher:
 
     def flush(self) -> None:
         """Send pending acks now (before the worker exits or blocks)."""
-        if self._acks:
+        if self._acks or self._unread:
             conn = self._connection()
             try:
-                conn.send_command("ZREM", self.reserved_key, *self._acks)
-                self._acked(len(self._acks), conn.read_response())
+                if self._acks:
+                    conn.send_command("ZREM", self.reserved_key, *self._acks)
+                self._read_unread(conn)
+                if self._acks:
+                    self._acked(len(self._acks), conn.read_response())
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 self.reset_connection()
                 raise

@@ -272,7 +272,7 @@ class Master:
         # A worker that died in a job (busy, or after finishing some) did boot: its crash is
         # the job's (counted and bounded by max_crashes below), not a reason to back off.
         # Backing off here let a few poison pills stall a slot for up to SPAWN_BACKOFF_MAX.
-        v = self.table.read(rec.slot)
+        v = self.table.read(rec.slot, writer_alive=False)
         ran_jobs = v.busy or v.processed > rec.processed_at_spawn
         if code == WORKER_BOOT_ERROR or (code != 0 and lived < BOOT_GRACE and not rec.kill_reason
                                          and not ran_jobs):
@@ -294,10 +294,20 @@ class Master:
     def _recover(self, slot: int, code: int, reason: str, rec: WorkerRecord | None) -> None:
         """Put back what the slot held; the job it ran takes the failure path if it was killed
         for its timeout or keeps killing workers."""
+        # The job it ran is the one the slot table names (the jid the master decided to kill
+        # for a timeout): not simply the earliest reservation, since finished jobs of a batch
+        # stay reserved until their ack rides on the next reserve call. A worker that died
+        # between jobs ran none, and no job is charged with its crash.
+        if rec is not None and rec.timeout_info:
+            running = rec.timeout_info[1]
+        else:
+            view = self.table.read(slot, writer_alive=False)
+            running = view.jid if view.busy else ""
         try:
-            current = recovery.current_job(self.r, self.keys, self.identity, slot,
-                                           self.config.queue_names)
-            if current is not None and reason in ("timeout", "crash"):
+            current = (recovery.current_job(self.r, self.keys, self.identity, slot,
+                                            self.config.queue_names, jid=running)
+                       if running and reason in ("timeout", "crash") else None)
+            if current is not None:
                 self._fail_current(slot, current, code, reason, rec)
             moved = recovery.requeue_slot(self.r, self.keys, self.identity, slot,
                                           self.config.queue_names)

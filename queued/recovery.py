@@ -23,6 +23,7 @@ import redis
 from .connection import FAIL, REQUEUE
 from .fetch import Reservation, split_member
 from .keys import Keys
+from .slots import stored_jid
 
 log = logging.getLogger("queued.recovery")
 
@@ -66,12 +67,26 @@ def requeue_slot(r: redis.Redis, keys: Keys, identity: str, slot: int,
 
 
 def current_job(r: redis.Redis, keys: Keys, identity: str, slot: int,
-                queues: Sequence[str]) -> Reservation | None:
-    """The job the slot runs (or ran when it died): the earliest reservation, since finished
-    jobs are acked before the next one starts."""
-    members = r.zrange(keys.reserved(identity, slot), 0, 0)
-    if members:
-        return Reservation(members[0], *split_member(members[0]))
+                queues: Sequence[str], jid: str | None = None) -> Reservation | None:
+    """The job the slot runs (or ran when it died).
+
+    With ``jid`` (what the slot table says the worker was running, as the table stores it):
+    the reservation of that job, or None. Without: the earliest reservation. The jid is
+    needed since acks are deferred to the next reserve call, so the finished jobs of a batch
+    sit before the running one; charging them with its crash or timeout was wrong."""
+    key = keys.reserved(identity, slot)
+    if jid is None:
+        members = r.zrange(key, 0, 0)
+        return Reservation(members[0], *split_member(members[0])) if members else None
+    for member in r.zrange(key, 0, -1):
+        queue, payload = split_member(member)
+        try:
+            msg = json.loads(payload)
+        except ValueError:
+            continue
+        if isinstance(msg, dict) and isinstance(msg.get("jid"), str) \
+                and stored_jid(msg["jid"]) == jid:
+            return Reservation(member, queue, payload)
     return None
 
 

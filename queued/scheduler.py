@@ -98,8 +98,21 @@ class Scheduler:
                 keys.append(self.keys.dead)
                 args += [member, member, ""]
                 continue
-            msg.pop("at", None)  # a hand-written producer may leave it; the score carried it
-            msg["enqueued_at"] = time.time()
             keys.append(self.keys.queue(queue))
-            args += [member, codec.dumps(msg), queue]
+            args += [member, _with_enqueued_at(member, msg, time.time()), queue]
         ENQUEUE_DUE(self.r, keys, args)
+
+
+def _with_enqueued_at(raw: bytes, msg: dict, now: float) -> bytes | str:
+    """The payload as it will sit in its queue: Sidekiq sets ``enqueued_at`` (and drops an
+    ``at`` a hand-written producer left in). When neither key is there, which is the normal
+    case for ``schedule``, the new key is appended to the producer's own bytes, so a PHP
+    producer's ``\\/`` escapes and spacing survive; otherwise the job is re-encoded the way
+    Sidekiq re-encodes it."""
+    if "enqueued_at" not in msg and "at" not in msg:
+        body = raw.rstrip()[:-1].rstrip()
+        sep = b"," if msg else b""
+        return body + sep + b'"enqueued_at":' + repr(now).encode() + b"}"
+    msg.pop("at", None)
+    msg["enqueued_at"] = now
+    return codec.dumps(msg)

@@ -17,10 +17,16 @@ import time
 from dataclasses import dataclass
 
 IDLE, BUSY = 0, 1
+#: Seconds a reader waits for a live writer to finish a write before taking the record as is.
+READ_PATIENCE = 1.0
 
-# seq, pid, state, started_at(wall), tick(monotonic), timeout, processed, failed, jid, queue, class
-_REC = struct.Struct("<QqB7xdddQQ24s64s128s")
+# A record is the sequence counter, then the body. They are packed separately on purpose:
+# struct.pack_into zero-fills its whole region before writing the fields, so a counter inside
+# the body would read as 0 (even, "stable") in the middle of a write.
 _SEQ = struct.Struct("<Q")
+# pid, state, started_at(wall), tick(monotonic), timeout, processed, failed, jid, queue, class
+_BODY = struct.Struct("<qB7xdddQQ24s64s128s")
+_SIZE = _SEQ.size + _BODY.size
 
 
 @dataclass(frozen=True)
@@ -50,30 +56,48 @@ def _s(raw: bytes) -> str:
     return raw.rstrip(b"\0").decode("utf-8", "replace")
 
 
+def stored_jid(jid: str) -> str:
+    """A jid as the table stores and returns it (cut to its 24-byte field)."""
+    return _s(_b(jid, 24))
+
+
 class SlotTable:
     def __init__(self, count: int):
         self.count = count
-        self.mem = mmap.mmap(-1, max(1, count) * _REC.size)
+        self.mem = mmap.mmap(-1, max(1, count) * _SIZE)
 
     def _off(self, slot: int) -> int:
-        return slot * _REC.size
+        return slot * _SIZE
 
     def reset(self, slot: int, pid: int = 0) -> None:
-        _REC.pack_into(self.mem, self._off(slot), 0, pid, IDLE, 0.0, time.monotonic(), 0.0,
-                       *self._counts(slot), b"", b"", b"")
+        """Only while no worker owns the record (before a fork, after a reap)."""
+        off = self._off(slot)
+        counts = self._counts(slot)
+        _SEQ.pack_into(self.mem, off, 0)
+        _BODY.pack_into(self.mem, off + _SEQ.size, pid, IDLE, 0.0, time.monotonic(), 0.0,
+                        *counts, b"", b"", b"")
 
     def _counts(self, slot: int) -> tuple[int, int]:
-        v = self.read(slot)
+        v = self.read(slot, writer_alive=False)
         return v.processed, v.failed
 
-    def read(self, slot: int) -> SlotView:
+    def read(self, slot: int, writer_alive: bool = True) -> SlotView:
+        """A consistent copy of the record. ``writer_alive=False`` (the worker has been reaped)
+        reads once: a writer killed mid-write leaves the sequence odd for ever, and spinning on
+        it hung the master. A live writer finishes within microseconds; READ_PATIENCE only
+        bounds the wait if it was frozen (SIGSTOP) in the middle of a write."""
         off = self._off(slot)
+        give_up = time.monotonic() + READ_PATIENCE
         while True:
-            fields = _REC.unpack_from(self.mem, off)
-            if fields[0] % 2 == 0 and _SEQ.unpack_from(self.mem, off)[0] == fields[0]:
+            before = _SEQ.unpack_from(self.mem, off)[0]
+            fields = _BODY.unpack_from(self.mem, off + _SEQ.size)
+            if not writer_alive or (before % 2 == 0
+                                    and _SEQ.unpack_from(self.mem, off)[0] == before):
+                break
+            if time.monotonic() > give_up:
                 break
             time.sleep(0)
-        _, pid, state, started, tick, timeout, processed, failed, jid, queue, klass = fields
+        pid, state, started, tick, timeout, processed, failed, jid, queue, klass = fields
         return SlotView(slot, pid, state, started, tick, timeout, processed, failed,
                         _s(jid), _s(queue), _s(klass))
 
@@ -87,8 +111,9 @@ class SlotWriter:
     def __init__(self, table: SlotTable, slot: int, pid: int):
         self.mem = table.mem
         self.off = table._off(slot)
-        v = table.read(slot)
-        self.seq = _SEQ.unpack_from(self.mem, self.off)[0]
+        v = table.read(slot, writer_alive=False)
+        seq = _SEQ.unpack_from(self.mem, self.off)[0]
+        self.seq = seq + (seq & 1)  # a writer killed mid-write left it odd; start even
         self.pid = pid
         self.processed = v.processed
         self.failed = v.failed
@@ -97,9 +122,9 @@ class SlotWriter:
                klass: str) -> None:
         self.seq += 1
         _SEQ.pack_into(self.mem, self.off, self.seq)
-        _REC.pack_into(self.mem, self.off, self.seq, self.pid, state, started, time.monotonic(),
-                       timeout, self.processed, self.failed,
-                       _b(jid, 24), _b(queue, 64), _b(klass, 128))
+        _BODY.pack_into(self.mem, self.off + _SEQ.size, self.pid, state, started,
+                        time.monotonic(), timeout, self.processed, self.failed,
+                        _b(jid, 24), _b(queue, 64), _b(klass, 128))
         self.seq += 1
         _SEQ.pack_into(self.mem, self.off, self.seq)
 

@@ -154,6 +154,8 @@ class Worker:
         for res in jobs:
             if self.stopping and done:
                 break  # the rest stay reserved; the master puts them back at the head
+            if done:
+                self.fetcher.send_acks()  # release the batch's finished jobs (no round trip)
             self.process(res)
             done += 1
         self._adapt(len(jobs), done, time.monotonic() - started)
