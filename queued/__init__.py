@@ -14,9 +14,9 @@ __version__ = "0.1.0"
 
 from .client import Client, configure, default_client, get_redis  # noqa: E402
 from .errors import JobTimeout, QueuedError  # noqa: E402
-from .events import on  # noqa: E402
+from .events import error_handlers, on  # noqa: E402
 from .job import Job, job, registry  # noqa: E402
 from .middleware import client_middleware, server_middleware  # noqa: E402
 
 __all__ = ["Job", "job", "registry", "Client", "configure", "default_client", "get_redis",
-           "client_middleware", "server_middleware", "on", "JobTimeout", "QueuedError", "__version__"]
+           "client_middleware", "server_middleware", "on", "error_handlers", "JobTimeout", "QueuedError", "__version__"]

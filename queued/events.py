@@ -35,3 +35,17 @@ def fire(event: str) -> None:
             fn()
         except Exception:  # noqa: BLE001 - one broken hook must not stop the daemon
             log.exception("%s handler %s raised", event, getattr(fn, "__qualname__", fn))
+
+
+#: Called as ``handler(exc, context)`` for every failed job (Sidekiq's error_handlers), e.g. to
+#: report to an error tracker. ``context`` has the job payload, its queue and the outcome
+#: ("retry", "dead" or "drop"). A handler that raises is logged and skipped.
+error_handlers: list[Callable[[BaseException, dict], None]] = []
+
+
+def report(exc: BaseException, context: dict) -> None:
+    for handler in list(error_handlers):
+        try:
+            handler(exc, context)
+        except Exception:  # noqa: BLE001
+            log.exception("error handler %s raised", getattr(handler, "__qualname__", handler))

@@ -65,15 +65,20 @@ class Heartbeat:
         return total
 
     def _running(self, views: Sequence[SlotView]) -> dict[str, str]:
+        """``<identity>:workers`` fields. The payload is the running job's own bytes, found
+        by the jid the slot table names (a batch's finished jobs are still reserved until
+        their ack goes out, so the earliest reservation is not always the running job)."""
         busy = [v for v in views if v.busy]
         if not busy:
             return {}
         pipe = self.r.pipeline(transaction=False)
         for v in busy:
-            pipe.zrange(self.keys.reserved(self.identity, v.slot), 0, 0)
+            pipe.zrange(self.keys.reserved(self.identity, v.slot), 0, -1)
         out = {}
         for v, members in zip(busy, pipe.execute()):
-            raw = members[0].split(b"\0", 2)[2] if members else b"{}"
+            payloads = [m.split(b"\0", 2)[2] for m in members]
+            needle = f'"jid":"{v.jid}"'.encode()
+            raw = next((p for p in payloads if needle in p), payloads[0] if payloads else b"{}")
             out[pid_tag(v.pid)] = json.dumps({
                 "queue": v.queue, "payload": raw.decode("utf-8", "replace"),
                 "run_at": int(v.started_at)}, separators=(",", ":"), ensure_ascii=False)

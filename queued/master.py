@@ -351,6 +351,7 @@ class Master:
                                   self.config.dead_timeout_in_seconds, self.config.dead_max_jobs)
         self._count_failure(slot)
         log.error("class=%s jid=%s %s -> %s", msg["class"], msg["jid"], exc, outcome.kind)
+        events.report(exc, {"job": msg, "queue": current.queue, "outcome": outcome.kind})
 
     def _count_failure(self, slot: int) -> None:
         """The dead worker never counted this job; count it for the stats (the slot is free)."""

@@ -23,8 +23,8 @@ import redis
 
 from . import log as logsetup
 from . import payload as codec
-from . import retry, titles
-from .errors import PayloadError, UnknownJobClass
+from . import events, retry, titles
+from .errors import JobTimeout, PayloadError, UnknownJobClass
 from .fetch import Fetcher, Reservation
 from .job import registry
 from .middleware import server_middleware
@@ -234,8 +234,12 @@ class Worker:
                 elapsed: float) -> None:
         outcome = retry.decide(msg, error, res.queue, job_class=cls,
                                max_retries=self.config.max_retries)
+        # The traceback helps with a bug in the job; for a timeout or an unknown class the
+        # one line says everything.
+        trace = None if isinstance(error, (JobTimeout, UnknownJobClass)) else error
         log.warning("class=%s jid=%s elapsed=%.3f fail: %s: %s -> %s", msg["class"], msg["jid"],
-                    elapsed, type(error).__qualname__, error, outcome.kind)
+                    elapsed, type(error).__qualname__, error, outcome.kind, exc_info=trace)
+        events.report(error, {"job": msg, "queue": res.queue, "outcome": outcome.kind})
         self._record(res, outcome.kind, outcome.score, outcome.payload)
 
     def _reject(self, res: Reservation, err: PayloadError) -> None:
