@@ -28,11 +28,23 @@ def load_app(requires, base_dir: str) -> None:
         except BaseException as e:  # noqa: BLE001 - any error in job code is a load error
             if isinstance(e, KeyboardInterrupt):
                 raise
-            frame = traceback.extract_tb(e.__traceback__)[-1:] or [None]
-            where = f" ({frame[0].filename}:{frame[0].lineno})" if frame[0] else ""
             log.debug("loading %s failed", target, exc_info=True)
-            raise AppLoadError(f"cannot load job code {target!r}: "
-                               f"{type(e).__name__}: {e}{where}") from None
+            text = " ".join(f"{type(e).__name__}: {e}".split())  # one line, whatever e says
+            raise AppLoadError(f"cannot load job code {target!r}: {text}"
+                               f"{_where(e, base_dir)}") from None
+
+
+def _where(exc: BaseException, base_dir: str) -> str:
+    """`` (file:line)`` of the deepest frame in the application's own code (not the standard
+    library or site-packages, where the error often surfaces)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" ({exc.filename}:{exc.lineno})"
+    skip = (os.path.dirname(os.__file__), os.path.dirname(os.path.abspath(__file__)) + os.sep)
+    own = [f for f in frames if not f.filename.startswith("<")
+           and not f.filename.startswith(skip) and "site-packages" not in f.filename]
+    frame = (own or frames or [None])[-1]
+    return f" ({frame.filename}:{frame.lineno})" if frame else ""
 
 
 def _import(target: str, base_dir: str) -> None:

@@ -25,7 +25,7 @@ import redis
 from . import __version__
 from .keys import Keys
 from .log import pid_tag
-from .slots import SlotView
+from .slots import SlotView, stored_jid
 
 #: TTL of the process record and of the dated stat keys (Sidekiq's values).
 PROCESS_TTL = 60
@@ -36,6 +36,15 @@ def new_identity() -> str:
     """``hostname:pid:nonce`` (Sidekiq's shape; DYNO wins on Heroku like Sidekiq)."""
     host = os.environ.get("DYNO") or socket.gethostname()
     return f"{host}:{os.getpid()}:{os.urandom(6).hex()}"
+
+
+def _jid_of(payload: bytes) -> str | None:
+    try:
+        msg = json.loads(payload)
+    except ValueError:
+        return None
+    jid = msg.get("jid") if isinstance(msg, dict) else None
+    return stored_jid(jid) if isinstance(jid, str) else None
 
 
 class Heartbeat:
@@ -77,8 +86,8 @@ class Heartbeat:
         out = {}
         for v, members in zip(busy, pipe.execute()):
             payloads = [m.split(b"\0", 2)[2] for m in members]
-            needle = f'"jid":"{v.jid}"'.encode()
-            raw = next((p for p in payloads if needle in p), payloads[0] if payloads else b"{}")
+            raw = next((p for p in payloads if _jid_of(p) == v.jid),
+                       payloads[0] if payloads else b"{}")
             out[pid_tag(v.pid)] = json.dumps({
                 "queue": v.queue, "payload": raw.decode("utf-8", "replace"),
                 "run_at": int(v.started_at)}, separators=(",", ":"), ensure_ascii=False)

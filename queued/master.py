@@ -42,6 +42,8 @@ TICK = 1.0
 BOOT_GRACE = 2.0
 #: Respawn backoff after repeated boot failures: first delay, cap (seconds).
 SPAWN_BACKOFF, SPAWN_BACKOFF_MAX = 0.1, 30.0
+#: Seconds between two workers' stack dumps after TTIN, so their output does not interleave.
+DUMP_GAP = 0.2
 #: An idle worker that has not ticked for this long is stuck and is killed (seconds).
 SILENT_LIMIT = 60.0
 
@@ -74,6 +76,8 @@ class Master:
         self.deadline = None
         self.next_beat = 0.0
         self.redis_down_since = None
+        self.dumps: list[int] = []   # workers still to be asked for their stack (TTIN)
+        self.next_dump = 0.0
         self.r = make_redis(config.redis_url, socket_timeout=5.0, name="queued-master")
         self.heartbeat = Heartbeat(self.r, self.keys, self.identity, config, self.started_at)
         self.scheduler = Scheduler(self.r, self.keys, self.identity, config)
@@ -151,6 +155,8 @@ class Master:
             timeout = min(TICK, max(0.0, self.next_beat - now), self.scheduler.due_in(now))
             if self.deadline is not None:
                 timeout = min(timeout, max(0.0, self.deadline - now))
+            if self.dumps:
+                timeout = min(timeout, max(0.0, self.next_dump - now))
         try:
             select.select([self.wake_r], [], [], timeout)
         except InterruptedError:
@@ -197,8 +203,13 @@ class Master:
         log.info("HUP ignored: queued has no reload; restart it (TERM) to pick up changes")
 
     def dump(self, why: str = "TTIN") -> None:
-        """Log each worker's job and runtime, then ask each for its Python stack."""
+        """Log each worker's job and runtime, then ask each for its Python stack.
+
+        The workers are asked one at a time, DUMP_GAP apart (``_timers``): faulthandler writes
+        a stack in many small unbuffered writes, and workers dumping at once into the same
+        stderr interleaved their stacks line by line, unreadably."""
         now = time.time()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         for rec in sorted(self.workers.values(), key=lambda w: w.slot):
             v = self.table.read(rec.slot)
             if v.busy:
@@ -206,8 +217,8 @@ class Master:
                          rec.pid, v.job_class, v.jid, v.queue, now - v.started_at)
             else:
                 log.info("TTIN worker %d pid=%d idle", rec.slot, rec.pid)
-            self._kill(rec.pid, signal.SIGUSR2)
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+            if rec.pid not in self.dumps:
+                self.dumps.append(rec.pid)
 
     def _resign(self) -> None:
         try:
@@ -384,6 +395,11 @@ class Master:
     # --- timers -------------------------------------------------------------------------------------
     def _timers(self) -> None:
         now = time.monotonic()
+        if self.dumps and now >= self.next_dump:
+            pid = self.dumps.pop(0)
+            if pid in self.workers:
+                self._kill(pid, signal.SIGUSR2)
+                self.next_dump = now + DUMP_GAP
         if self.state == RUNNING:
             try:
                 self.scheduler.tick(now)

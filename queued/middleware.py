@@ -40,12 +40,15 @@ class Chain:
         self._entries.insert(0, (cls, args, kwargs))
 
     def insert_before(self, old: type, cls: type, *args: Any, **kwargs: Any) -> None:
-        self._drop(cls)
-        self._entries.insert(self._index(old), (cls, args, kwargs))
+        self._insert(old, 0, cls, args, kwargs)
 
     def insert_after(self, old: type, cls: type, *args: Any, **kwargs: Any) -> None:
+        self._insert(old, 1, cls, args, kwargs)
+
+    def _insert(self, old: type, after: int, cls: type, args: tuple, kwargs: dict) -> None:
+        self._index(old)  # a missing anchor raises before anything changes
         self._drop(cls)
-        self._entries.insert(self._index(old) + 1, (cls, args, kwargs))
+        self._entries.insert(self._index(old) + after, (cls, args, kwargs))
 
     def remove(self, cls: type) -> None:
         self._drop(cls)

@@ -39,15 +39,22 @@ def to_epoch(value: Any) -> float | None:
     return float(value)
 
 
+def _not_json(name: str):
+    # Python's json takes NaN and Infinity; JSON (and Ruby) do not, and dumps() could not
+    # write them back.
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def loads(raw: str | bytes) -> dict:
     """Parse a queue element into a job dict, or raise PayloadError saying why not."""
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise PayloadError(f"payload is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+            raise PayloadError(
+                f"payload is not valid UTF-8 ({e.reason} at byte {e.start})") from None
     try:
-        msg = json.loads(raw)
+        msg = json.loads(raw, parse_constant=_not_json)
     except ValueError as e:
         raise PayloadError(f"payload is not valid JSON: {e}") from None
     if not isinstance(msg, dict):

@@ -93,13 +93,15 @@ class Scheduler:
                 queue = msg.get("queue") or "default"
                 if not isinstance(queue, str):
                     raise PayloadError(f'"queue" is {type(queue).__name__}, not a string')
-            except PayloadError as e:
+                moved = _with_enqueued_at(member, msg, time.time())
+            except (PayloadError, ValueError) as e:
+                # Sent on as it is, so one bad member can never stop the scheduler.
                 log.error("unusable payload in %s sent to dead: %s: %.200r", zset, e, member)
                 keys.append(self.keys.dead)
                 args += [member, member, ""]
                 continue
             keys.append(self.keys.queue(queue))
-            args += [member, _with_enqueued_at(member, msg, time.time()), queue]
+            args += [member, moved, queue]
         ENQUEUE_DUE(self.r, keys, args)
 
 

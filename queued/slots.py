@@ -121,12 +121,17 @@ class SlotWriter:
     def _write(self, state: int, started: float, timeout: float, jid: str, queue: str,
                klass: str) -> None:
         self.seq += 1
-        _SEQ.pack_into(self.mem, self.off, self.seq)
+        self._store_seq()
         _BODY.pack_into(self.mem, self.off + _SEQ.size, self.pid, state, started,
                         time.monotonic(), timeout, self.processed, self.failed,
                         _b(jid, 24), _b(queue, 64), _b(klass, 128))
         self.seq += 1
-        _SEQ.pack_into(self.mem, self.off, self.seq)
+        self._store_seq()
+
+    def _store_seq(self) -> None:
+        # One 8-byte copy: pack_into would clear the word first, showing readers a 0 (an even,
+        # "stable" value) in the middle of a write.
+        self.mem[self.off:self.off + 8] = self.seq.to_bytes(8, "little")
 
     def begin(self, jid: str, queue: str, klass: str, timeout: float | None) -> None:
         self._write(BUSY, time.time(), timeout or 0.0, jid, queue, klass)

@@ -1,0 +1,549 @@
+"""queued.fetch: reserve, block, ack and fail against a real Redis, one Fetcher in-process.
+
+No daemon: each test drives a Fetcher's steps directly and looks at the keys it leaves behind.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import random
+import threading
+import time
+
+import pytest
+import redis as redis_lib
+
+from queued.fetch import Fetcher, Reservation, fetch_orders, split_member
+from queued.keys import Keys
+
+IDENTITY = "host:1:abc"
+K = Keys()
+RESERVED = K.reserved(IDENTITY, 0)
+
+
+def job(i, queue="default") -> bytes:
+    return json.dumps({"class": "X", "args": [i], "jid": f"{i:024x}", "queue": queue},
+                      separators=(",", ":")).encode()
+
+
+@pytest.fixture
+def make_fetcher(redis_url):
+    made = []
+
+    def make(queues=("default",), weighted=None, strict=True, block=0.2, dead_timeout=15552000,
+             dead_max=10000, slot=0, identity=IDENTITY):
+        f = Fetcher(redis_url, Keys(), identity, slot, list(queues),
+                    list(weighted if weighted is not None else queues), strict, block,
+                    dead_timeout, dead_max)
+        made.append(f)
+        return f
+
+    yield make
+    for f in made:
+        f.close()
+        f.redis.close()
+
+
+@pytest.fixture
+def fetcher(make_fetcher):
+    return make_fetcher()
+
+
+def reserved(r):
+    return r.zrange(RESERVED, 0, -1, withscores=True)
+
+
+# --- reserve ----------------------------------------------------------------------------------
+
+def test_reserve_takes_the_right_end_into_the_reserved_zset(r, fetcher):
+    # Given three jobs LPUSHed in order (as producers do)
+    r.lpush("queue:default", job(1), job(2), job(3))
+    # When one job is reserved
+    got = fetcher.reserve(1)
+    # Then it is the first pushed (FIFO), and it sits in the reserved zset, not in the queue
+    assert [g.payload for g in got] == [job(1)]
+    assert got[0].queue == "default"
+    assert r.lrange("queue:default", 0, -1) == [job(3), job(2)]
+    members = reserved(r)
+    assert [m for m, _ in members] == [got[0].member]
+    queue, token_payload = got[0].member.split(b"\0", 1)
+    token, payload = token_payload.split(b"\0", 1)
+    assert queue == b"default" and payload == job(1) and token
+    assert split_member(got[0].member) == ("default", job(1))
+
+
+def test_reserve_n_takes_up_to_n_with_increasing_scores(r, fetcher):
+    r.lpush("queue:default", *(job(i) for i in range(5)))
+    got = fetcher.reserve(3)
+    assert [g.payload for g in got] == [job(0), job(1), job(2)]
+    members = reserved(r)
+    # Scores strictly increase in reservation order, so ZRANGE 0 0 is the job run first.
+    assert [m for m, _ in members] == [g.member for g in got]
+    scores = [s for _, s in members]
+    assert scores == sorted(scores) and len(set(scores)) == 3
+    assert r.zrange(RESERVED, 0, 0) == [got[0].member]
+    # Scores are Redis's clock (epoch seconds), not a counter.
+    server_now = r.time()[0]
+    assert abs(scores[0] - server_now) < 5
+    # Asking for more than there is returns what there is; then nothing.
+    assert [g.payload for g in fetcher.reserve(10)] == [job(3), job(4)]
+    assert fetcher.reserve(10) == []
+    assert r.zcard(RESERVED) == 5
+
+
+def test_strict_order_drains_the_first_queue_first(r, make_fetcher):
+    f = make_fetcher(queues=("high", "low"))
+    r.lpush("queue:low", job(1, "low"), job(2, "low"))
+    r.lpush("queue:high", job(3, "high"))
+    got = f.reserve(3)
+    assert [(g.queue, g.payload) for g in got] == [
+        ("high", job(3, "high")), ("low", job(1, "low")), ("low", job(2, "low"))]
+
+
+def test_reservation_records_the_queue_it_came_from_not_the_payload_queue(r, make_fetcher):
+    f = make_fetcher(queues=("high", "low"))
+    r.lpush("queue:low", job(1, "somewhere-else"))
+    (got,) = f.reserve(1)
+    assert got.queue == "low"
+    assert got.member.startswith(b"low\0")
+
+
+def test_identical_payloads_stay_two_jobs(r, fetcher):
+    # Given the same bytes pushed twice (a producer may well do that)
+    r.lpush("queue:default", job(7), job(7), job(7))
+    # When reserved in one call and in a separate call
+    a = fetcher.reserve(2)
+    b = fetcher.reserve(1)
+    # Then nothing collapses: three distinct members, three jobs
+    assert len({x.member for x in a + b}) == 3
+    assert r.zcard(RESERVED) == 3
+    assert all(x.payload == job(7) for x in a + b)
+
+
+# --- weighted order ---------------------------------------------------------------------------
+
+def test_fetch_orders_strict_is_one_fixed_order():
+    assert fetch_orders(["a", "b", "c"], ["a", "b", "c"], True, 5, random.Random(1)) == [1, 2, 3]
+    assert fetch_orders(["a"], ["a", "a"], False, 5, random.Random(1)) == [1]
+
+
+def test_fetch_orders_weighted_are_permutations_distributed_by_weight():
+    names = ["a", "b", "c"]
+    weighted = ["a"] * 3 + ["b"] * 2 + ["c"]
+    n = 10_000
+    out = fetch_orders(names, weighted, False, n, random.Random(12345))
+    assert len(out) == 3 * n
+    orders = [tuple(out[i:i + 3]) for i in range(0, len(out), 3)]
+    assert all(sorted(o) == [1, 2, 3] for o in orders)
+    first = collections.Counter(o[0] for o in orders)
+    # Sidekiq's shuffle.uniq: P(first = q) = weight(q) / total weight.
+    assert first[1] / n == pytest.approx(3 / 6, abs=0.03)
+    assert first[2] / n == pytest.approx(2 / 6, abs=0.03)
+    assert first[3] / n == pytest.approx(1 / 6, abs=0.03)
+    # Not one order reused: several different orders appear.
+    assert len(set(orders)) == 6
+
+
+def test_fetch_orders_matches_shuffle_uniq_for_the_same_seed():
+    names = ["a", "b", "c"]
+    weighted = ["a", "a", "b", "c", "c", "c"]
+    rng = random.Random(99)
+    expected = []
+    for _ in range(50):
+        pool = list(weighted)
+        rng.shuffle(pool)
+        expected.extend(names.index(q) + 1 for q in dict.fromkeys(pool))
+    assert fetch_orders(names, weighted, False, 50, random.Random(99)) == expected
+
+
+def test_weighted_reserve_takes_each_job_by_its_own_order(r, make_fetcher):
+    # Given three non-empty queues and a fetcher with a seeded random source
+    names = ("a", "b", "c")
+    weighted = ("a", "a", "a", "b", "b", "c")
+    f = make_fetcher(queues=names, weighted=weighted, strict=False)
+    for q in names:
+        r.lpush(f"queue:{q}", *(job(i, q) for i in range(20)))
+    f.rng = random.Random(4242)
+    # When 12 jobs are reserved in one call
+    got = f.reserve(12)
+    # Then job i came from the first queue of order i
+    orders = fetch_orders(names, weighted, False, 12, random.Random(4242))
+    expected = [names[orders[i * 3] - 1] for i in range(12)]
+    assert [g.queue for g in got] == expected
+    assert len(set(expected)) > 1  # the seed gives a mixed sequence, so order matters
+
+
+# --- ack ---------------------------------------------------------------------------------------
+
+def test_ack_is_written_behind_and_lands_on_flush(r, fetcher):
+    r.lpush("queue:default", job(1), job(2))
+    a, b = fetcher.reserve(2)
+    fetcher.ack(a)
+    fetcher.flush()
+    assert r.zrange(RESERVED, 0, -1) == [b.member]
+    fetcher.ack(b)
+    fetcher.flush()
+    assert r.zcard(RESERVED) == 0
+
+
+def test_ack_then_reserve_in_sequence(r, fetcher):
+    r.lpush("queue:default", job(1), job(2), job(3))
+    for i in (1, 2, 3):
+        (res,) = fetcher.reserve(1)
+        assert res.payload == job(i)
+        # the previous ack went out ahead of this reserve on the same connection
+        assert r.zrange(RESERVED, 0, -1) == [res.member]
+        fetcher.ack(res)
+    assert fetcher.reserve(1) == []
+    assert r.zcard(RESERVED) == 0
+
+
+def test_ack_of_a_member_no_longer_reserved_logs_a_warning(r, fetcher, caplog):
+    r.lpush("queue:default", job(1))
+    (res,) = fetcher.reserve(1)
+    r.zrem(RESERVED, res.member)  # recovered by someone else meanwhile
+    with caplog.at_level(logging.WARNING, logger="queued.fetch"):
+        fetcher.ack(res)
+        fetcher.flush()
+    warnings = [rec for rec in caplog.records
+                if rec.name == "queued.fetch" and rec.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "reservation" in warnings[0].getMessage()
+
+
+def test_a_normal_ack_logs_nothing(r, fetcher, caplog):
+    r.lpush("queue:default", job(1))
+    (res,) = fetcher.reserve(1)
+    with caplog.at_level(logging.WARNING, logger="queued.fetch"):
+        fetcher.ack(res)
+        fetcher.flush()
+    assert [rec for rec in caplog.records if rec.name == "queued.fetch"] == []
+
+
+# --- block -------------------------------------------------------------------------------------
+
+def _worker_is_blocked(r) -> bool:
+    for c in r.client_list():
+        if c.get("name") == "queued-worker-0" and c.get("cmd") == "blmove":
+            return True
+    return False
+
+
+def test_block_wakes_when_a_job_is_pushed_and_lands_it(r, redis_url, make_fetcher):
+    f = make_fetcher(block=2.0)
+    f.reserve(1)  # open the connection, so the pusher can see it block
+    pusher = redis_lib.Redis.from_url(redis_url)
+
+    def push_when_blocked():
+        deadline = time.monotonic() + 1
+        while not _worker_is_blocked(pusher) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        pusher.lpush("queue:default", job(1))
+
+    t = threading.Thread(target=push_when_blocked)
+    t.start()
+    t0 = time.monotonic()
+    # When the worker blocks on an empty queue and a job is pushed meanwhile
+    woke = f.block()
+    elapsed = time.monotonic() - t0
+    t.join(5)
+    pusher.close()
+    # Then block returns True at once, the job sits in the slot's landing list ...
+    assert woke is True
+    assert elapsed < 1.5
+    landing = K.landing(IDENTITY, 0, "default")
+    assert r.lrange(landing, 0, -1) == [job(1)]
+    assert r.llen("queue:default") == 0
+    # ... and reserve(1, queue) moves it into the reserved set
+    (res,) = f.reserve(1, "default")
+    assert res.payload == job(1) and res.queue == "default"
+    assert r.llen(landing) == 0
+    assert r.zrange(RESERVED, 0, -1) == [res.member]
+
+
+def test_block_returns_false_after_the_block_timeout(r, fetcher):
+    t0 = time.monotonic()
+    assert fetcher.block() is False
+    elapsed = time.monotonic() - t0
+    assert 0.15 <= elapsed < 1.5
+    assert r.llen(K.landing(IDENTITY, 0, "default")) == 0
+
+
+def test_landed_jobs_come_first_in_the_next_reserve(r, fetcher):
+    r.lpush("queue:default", job(1))
+    assert fetcher.block() is True
+    r.lpush("queue:default", job(2))
+    got = fetcher.reserve(2)
+    assert [g.payload for g in got] == [job(1), job(2)]
+
+
+def test_idle_slots_spread_over_the_queues(make_fetcher):
+    qs = ("a", "b", "c")
+    assert [make_fetcher(queues=qs, slot=s).block_queue for s in range(4)] == ["a", "b", "c", "a"]
+
+
+# --- fail --------------------------------------------------------------------------------------
+
+def test_fail_retry_writes_retry_and_drops_the_reservation(r, fetcher):
+    r.lpush("queue:default", job(1))
+    (res,) = fetcher.reserve(1)
+    score = time.time() + 100.123456
+    assert fetcher.fail(res, "retry", score, '{"new":"payload"}') is True
+    assert r.zrange("retry", 0, -1, withscores=True) == [(b'{"new":"payload"}', score)]
+    assert r.zcard(RESERVED) == 0
+    assert r.zcard("dead") == 0
+
+
+def test_fail_dead_writes_dead(r, fetcher):
+    r.lpush("queue:default", job(1))
+    (res,) = fetcher.reserve(1)
+    now = time.time()
+    assert fetcher.fail(res, "dead", now, job(1)) is True
+    assert r.zrange("dead", 0, -1, withscores=True) == [(job(1), now)]
+    assert r.zcard(RESERVED) == 0
+    assert r.zcard("retry") == 0
+
+
+def test_fail_drop_writes_nothing_but_releases(r, fetcher):
+    r.lpush("queue:default", job(1))
+    (res,) = fetcher.reserve(1)
+    assert fetcher.fail(res, "drop", time.time(), job(1)) is True
+    assert r.zcard(RESERVED) == 0
+    assert r.zcard("dead") == 0 and r.zcard("retry") == 0
+
+
+@pytest.mark.parametrize("kind", ["retry", "dead", "drop"])
+def test_fail_of_a_recovered_reservation_writes_nothing(r, fetcher, kind):
+    r.lpush("queue:default", job(1))
+    (res,) = fetcher.reserve(1)
+    r.zrem(RESERVED, res.member)
+    assert fetcher.fail(res, kind, time.time(), job(1)) is False
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+
+
+def test_fail_keeps_the_other_reservations(r, fetcher):
+    r.lpush("queue:default", job(1), job(2))
+    a, b = fetcher.reserve(2)
+    fetcher.fail(a, "retry", time.time(), job(1))
+    assert r.zrange(RESERVED, 0, -1) == [b.member]
+
+
+def test_dead_is_trimmed_like_sidekiq(r, make_fetcher):
+    # Given a dead set with two expired entries and five recent ones, and a copy of it
+    timeout, max_jobs = 100, 4
+    f = make_fetcher(dead_timeout=timeout, dead_max=max_jobs)
+    now = time.time()
+    entries = {b"old1": now - 500, b"old2": now - 101}
+    entries.update({f"recent{i}".encode(): now - 50 + i for i in range(5)})
+    r.zadd("dead", entries)
+    r.zadd("dead_ref", entries)
+    r.lpush("queue:default", job(1))
+    (res,) = f.reserve(1)
+    # When a job dies
+    assert f.fail(res, "dead", now, job(1)) is True
+    # Then dead is what Sidekiq's DeadSet#kill commands leave
+    r.zadd("dead_ref", {job(1): now})
+    r.zremrangebyscore("dead_ref", "-inf", now - timeout)
+    r.zremrangebyrank("dead_ref", 0, -max_jobs)
+    assert r.zrange("dead", 0, -1, withscores=True) == r.zrange("dead_ref", 0, -1, withscores=True)
+    members = r.zrange("dead", 0, -1)
+    assert b"old1" not in members and b"old2" not in members
+    assert members[-1] == job(1)
+    assert len(members) == max_jobs - 1  # ZREMRANGEBYRANK 0 -max keeps max - 1
+
+
+def test_dead_trim_by_score_alone(r, make_fetcher):
+    f = make_fetcher(dead_timeout=100, dead_max=10000)
+    now = time.time()
+    r.zadd("dead", {b"ancient": now - 1000, b"fresh": now - 10})
+    r.lpush("queue:default", job(1))
+    (res,) = f.reserve(1)
+    f.fail(res, "dead", now, job(1))
+    assert r.zrange("dead", 0, -1) == [b"fresh", job(1)]
+
+
+def test_retry_does_not_trim_dead(r, make_fetcher):
+    f = make_fetcher(dead_timeout=100, dead_max=1)
+    now = time.time()
+    r.zadd("dead", {b"ancient": now - 1000, b"a": now, b"b": now})
+    r.lpush("queue:default", job(1))
+    (res,) = f.reserve(1)
+    f.fail(res, "retry", now, job(1))
+    assert r.zcard("dead") == 3
+
+
+# --- connection resets ---------------------------------------------------------------------
+# Acks are written behind: they may still be in memory, or sent with no reply read, when the
+# connection goes. Either way the job must end up released exactly once it is acked.
+
+def test_pending_acks_are_resent_after_reset_connection(r, fetcher):
+    # Given two reserved jobs and an ack whose reply was never read
+    r.lpush("queue:default", job(1), job(2))
+    a, b = fetcher.reserve(2)
+    fetcher.ack(a)
+    # When the connection is reset (an error, an interrupted block)
+    fetcher.reset_connection()
+    # Then the next call sends the ack again before its own command
+    assert fetcher.reserve(1) == []
+    assert r.zrange(RESERVED, 0, -1) == [b.member]
+
+
+def test_pending_acks_are_resent_by_flush_after_reset_connection(r, fetcher):
+    # Given an ack that never reached Redis and a reset connection (as after _Wake on TERM)
+    r.lpush("queue:default", job(1))
+    (a,) = fetcher.reserve(1)
+    fetcher.ack(a)
+    fetcher.reset_connection()
+    # When the worker flushes before exit (close() calls flush())
+    fetcher.flush()
+    # Then the ack is sent: "before exit, so none is left unsent"
+    assert r.zcard(RESERVED) == 0
+
+
+def _kill_worker_connection(r):
+    for c in r.client_list():
+        if c.get("name") == "queued-worker-0":
+            r.execute_command("CLIENT", "KILL", "ID", c["id"])
+            return
+    raise AssertionError("worker connection not found")
+
+
+def test_acks_survive_a_killed_connection(r, fetcher):
+    # Given reserved jobs and the worker's connection killed by the server
+    r.lpush("queue:default", job(1), job(2), job(3))
+    a, b, c = fetcher.reserve(3)
+    _kill_worker_connection(r)
+    # When the worker acks and goes on (the first call may see the error, as in Worker._loop)
+    fetcher.ack(a)
+    for _ in range(3):
+        try:
+            got = fetcher.reserve(1)
+            break
+        except (redis_lib.ConnectionError, redis_lib.TimeoutError, OSError):
+            continue
+    else:
+        raise AssertionError("fetcher never reconnected")
+    # Then the ack reached Redis on the new connection, and nothing else changed
+    assert got == []
+    assert r.zrange(RESERVED, 0, -1) == [b.member, c.member]
+
+
+def test_an_ack_during_an_outage_is_kept_and_sent_later(r, fetcher):
+    r.lpush("queue:default", job(1))
+    (a,) = fetcher.reserve(1)
+    fetcher.reset_connection()
+
+    def broken(*args, **kwargs):
+        raise redis_lib.ConnectionError("Redis is away")
+
+    real = fetcher.redis.connection_pool.get_connection
+    fetcher.redis.connection_pool.get_connection = broken
+    fetcher.ack(a)  # must not raise: the job stays reserved until the ack can be sent
+    assert r.zcard(RESERVED) == 1
+    fetcher.redis.connection_pool.get_connection = real
+    assert fetcher.reserve(1) == []
+    assert r.zcard(RESERVED) == 0
+
+
+def test_reserve_survives_a_script_flush(r, fetcher):
+    r.lpush("queue:default", job(1), job(2))
+    fetcher.reserve(1)
+    r.script_flush()
+    (res,) = fetcher.reserve(1)
+    assert res.payload == job(2)
+    res2 = Reservation(res.member, res.queue, res.payload)
+    r.script_flush()
+    assert fetcher.fail(res2, "retry", time.time(), job(2)) is True
+
+
+def test_an_ack_goes_out_before_the_worker_blocks(r, fetcher):
+    r.lpush("queue:default", job(1))
+    (a,) = fetcher.reserve(1)
+    fetcher.ack(a)
+    assert fetcher.block() is False  # idle for block_seconds with nothing acked would be wrong
+    assert r.zcard(RESERVED) == 0
+
+
+def test_an_ack_goes_out_with_a_failure(r, fetcher):
+    r.lpush("queue:default", job(1), job(2))
+    a, b = fetcher.reserve(2)
+    fetcher.ack(a)
+    assert fetcher.fail(b, "retry", time.time(), job(2)) is True
+    assert r.zcard(RESERVED) == 0
+    assert r.zrange("retry", 0, -1) == [job(2)]
+
+
+# --- acks sent ahead between the jobs of a batch ---------------------------------------------
+
+def _eventually(check, timeout=2.0):
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+def test_send_acks_releases_a_finished_job_while_the_batch_goes_on(r, fetcher):
+    # Given a batch of three; the first one finished
+    r.lpush("queue:default", job(1), job(2), job(3), job(4))
+    a, b, c = fetcher.reserve(3)
+    fetcher.ack(a)
+    # When the worker sends the acks ahead before running the next job
+    fetcher.send_acks()
+    # Then the finished job is released at once, not after the whole batch
+    assert _eventually(lambda: r.zrange(RESERVED, 0, -1) == [b.member, c.member])
+    # And the connection stays in step: the next calls get their own replies
+    fetcher.ack(b)
+    fetcher.send_acks()
+    fetcher.ack(c)
+    (d,) = fetcher.reserve(1)
+    assert d.payload == job(4)
+    assert r.zrange(RESERVED, 0, -1) == [d.member]
+    assert fetcher.fail(d, "retry", time.time(), job(4)) is True
+    assert r.zcard(RESERVED) == 0
+
+
+def test_send_acks_then_flush_reads_every_reply(r, fetcher, caplog):
+    r.lpush("queue:default", job(1), job(2))
+    a, b = fetcher.reserve(2)
+    r.zrem(RESERVED, a.member)  # a was recovered by someone else meanwhile
+    fetcher.ack(a)
+    with caplog.at_level(logging.WARNING, logger="queued.fetch"):
+        fetcher.send_acks()
+        fetcher.ack(b)
+        fetcher.flush()
+    assert r.zcard(RESERVED) == 0
+    warnings = [x for x in caplog.records
+                if x.name == "queued.fetch" and x.levelno == logging.WARNING]
+    assert len(warnings) == 1  # one for a, none for b
+    assert fetcher.block() is False  # and the connection is still in step
+
+
+def test_acks_sent_ahead_survive_a_reset(r, fetcher):
+    r.lpush("queue:default", job(1), job(2))
+    a, b = fetcher.reserve(2)
+    fetcher.ack(a)
+    fetcher.send_acks()
+    fetcher.reset_connection()  # the reply was never read
+    assert fetcher.reserve(1) == []
+    assert r.zrange(RESERVED, 0, -1) == [b.member]
+
+
+def test_send_acks_never_raises_when_redis_is_away(r, fetcher):
+    r.lpush("queue:default", job(1))
+    (a,) = fetcher.reserve(1)
+    fetcher.reset_connection()
+    real = fetcher.redis.connection_pool.get_connection
+
+    def broken(*args, **kwargs):
+        raise redis_lib.ConnectionError("Redis is away")
+
+    fetcher.redis.connection_pool.get_connection = broken
+    fetcher.ack(a)
+    fetcher.send_acks()
+    fetcher.redis.connection_pool.get_connection = real
+    assert r.zcard(RESERVED) == 1  # still reserved: never lost, never released early
+    fetcher.flush()
+    assert r.zcard(RESERVED) == 0

@@ -1,0 +1,354 @@
+"""queued.recovery: a dead worker's or a dead host's jobs go back to their queues, exactly once.
+
+Jobs are reserved with a real Fetcher (so the members are exactly what workers write), then the
+master's recovery steps are called directly.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+import pytest
+import redis as redis_lib
+
+from queued import recovery
+from queued.fetch import Fetcher
+from queued.keys import Keys
+
+K = Keys()
+ME = "host:1:abc"
+OTHER = "deadhost:2:def"
+
+
+def job(i, queue="default") -> bytes:
+    return json.dumps({"class": "X", "args": [i], "jid": f"{i:024x}", "queue": queue},
+                      separators=(",", ":")).encode()
+
+
+@pytest.fixture
+def make_fetcher(redis_url):
+    made = []
+
+    def make(identity=ME, slot=0, queues=("default",)):
+        f = Fetcher(redis_url, Keys(), identity, slot, list(queues), list(queues), True, 0.2,
+                    15552000, 10000)
+        made.append(f)
+        return f
+
+    yield make
+    for f in made:
+        f.close()
+        f.redis.close()
+
+
+def drain(r, queue="default") -> list[bytes]:
+    """The queue in the order workers would take it (RPOP)."""
+    out = []
+    while (item := r.rpop(f"queue:{queue}")) is not None:
+        out.append(item)
+    return out
+
+
+# --- register / unregister ------------------------------------------------------------------
+
+def test_register_writes_the_registration_and_the_lease(r):
+    recovery.register(r, K, ME, 3, ["critical", "default"], 5000)
+    assert json.loads(r.hget(K.masters, ME)) == {"slots": 3, "queues": ["critical", "default"]}
+    assert r.get(K.lease(ME)) is not None
+    assert 4000 < r.pttl(K.lease(ME)) <= 5000
+
+
+def test_unregister_removes_both(r):
+    recovery.register(r, K, ME, 3, ["default"], 5000)
+    recovery.register(r, K, OTHER, 1, ["default"], 5000)
+    recovery.unregister(r, K, ME)
+    assert r.hkeys(K.masters) == [OTHER.encode()]
+    assert not r.exists(K.lease(ME))
+    assert r.exists(K.lease(OTHER))
+
+
+# --- one slot -----------------------------------------------------------------------------------
+
+def test_requeue_slot_puts_reservations_back_earliest_first(r, make_fetcher):
+    # Given a slot that reserved jobs 1, 2, 3 and a queue where job 4 waits
+    f = make_fetcher()
+    r.lpush("queue:default", job(1), job(2), job(3))
+    assert len(f.reserve(3)) == 3
+    r.lpush("queue:default", job(4))
+    # When the worker dies and its slot is requeued
+    moved = recovery.requeue_slot(r, K, ME, 0, ["default"])
+    # Then 1, 2, 3 run next, in their original order, before 4; the reserved set is gone
+    assert moved == 3
+    assert drain(r) == [job(1), job(2), job(3), job(4)]
+    assert not r.exists(K.reserved(ME, 0))
+
+
+def test_requeue_slot_sends_each_member_to_its_own_queue(r, make_fetcher):
+    f = make_fetcher(queues=("high", "low"))
+    r.lpush("queue:high", job(1, "high"))
+    r.lpush("queue:low", job(2, "low"), job(3, "low"))
+    assert len(f.reserve(3)) == 3
+    assert recovery.requeue_slot(r, K, ME, 0, ["high", "low"]) == 3
+    assert drain(r, "high") == [job(1, "high")]
+    assert drain(r, "low") == [job(2, "low"), job(3, "low")]
+
+
+def test_requeue_slot_puts_landed_jobs_back(r, make_fetcher):
+    # Given a job BLMOVEd into the slot's landing list (the worker died before reserving it)
+    f = make_fetcher()
+    r.lpush("queue:default", job(1))
+    assert f.block() is True
+    r.lpush("queue:default", job(2))
+    # When the slot is requeued
+    moved = recovery.requeue_slot(r, K, ME, 0, ["default"])
+    # Then the landed job is back at the right end: it runs first
+    assert moved == 1
+    assert drain(r) == [job(1), job(2)]
+    assert not r.exists(K.landing(ME, 0, "default"))
+
+
+def test_requeue_slot_takes_both_reservations_and_landed_jobs(r, make_fetcher):
+    f = make_fetcher()
+    r.lpush("queue:default", job(1), job(2))
+    f.reserve(1)          # 1 reserved
+    assert f.block()      # 2 landed
+    assert recovery.requeue_slot(r, K, ME, 0, ["default"]) == 2
+    assert sorted(drain(r)) == sorted([job(1), job(2)])
+    assert r.zcard(K.reserved(ME, 0)) == 0
+
+
+def test_requeue_slot_leaves_other_slots_alone(r, make_fetcher):
+    f0, f1 = make_fetcher(slot=0), make_fetcher(slot=1)
+    r.lpush("queue:default", job(1), job(2))
+    f0.reserve(1)
+    f1.reserve(1)
+    assert recovery.requeue_slot(r, K, ME, 0, ["default"]) == 1
+    assert r.zcard(K.reserved(ME, 1)) == 1
+    assert drain(r) == [job(1)]
+
+
+def test_requeue_slot_twice_requeues_once(r, make_fetcher):
+    f = make_fetcher()
+    r.lpush("queue:default", job(1))
+    f.reserve(1)
+    assert recovery.requeue_slot(r, K, ME, 0, ["default"]) == 1
+    assert recovery.requeue_slot(r, K, ME, 0, ["default"]) == 0
+    assert drain(r) == [job(1)]
+
+
+def test_requeue_keeps_identical_payloads_apart(r, make_fetcher):
+    f = make_fetcher()
+    r.lpush("queue:default", job(5), job(5))
+    f.reserve(2)
+    assert recovery.requeue_slot(r, K, ME, 0, ["default"]) == 2
+    assert drain(r) == [job(5), job(5)]
+
+
+def test_current_job_is_the_earliest_reservation(r, make_fetcher):
+    f = make_fetcher()
+    assert recovery.current_job(r, K, ME, 0, ["default"]) is None
+    r.lpush("queue:default", job(1), job(2), job(3))
+    first, *_ = f.reserve(3)
+    cur = recovery.current_job(r, K, ME, 0, ["default"])
+    assert cur == first
+    assert cur.payload == job(1) and cur.queue == "default"
+
+
+def test_count_crash_increments_with_a_ttl(r):
+    assert recovery.count_crash(r, K, "jid1") == 1
+    assert recovery.count_crash(r, K, "jid1") == 2
+    assert recovery.count_crash(r, K, "jid2") == 1
+    ttl = r.ttl(K.crashes("jid1"))
+    assert recovery.CRASH_MEMORY - 5 < ttl <= recovery.CRASH_MEMORY
+
+
+def test_fail_reservation_moves_the_current_job_to_dead(r, make_fetcher):
+    f = make_fetcher()
+    r.lpush("queue:default", job(1))
+    (res,) = f.reserve(1)
+    now = time.time()
+    assert recovery.fail_reservation(r, K, ME, 0, res, "dead", now, job(1).decode(),
+                                     15552000, 10000) is True
+    assert r.zrange("dead", 0, -1) == [job(1)]
+    assert r.zcard(K.reserved(ME, 0)) == 0
+    # the second time the reservation is gone: nothing is written
+    assert recovery.fail_reservation(r, K, ME, 0, res, "dead", now, "again", 15552000,
+                                     10000) is False
+    assert r.zcard("dead") == 1
+
+
+# --- a dead host ------------------------------------------------------------------------------
+
+def _dead_master_with_jobs(r, make_fetcher, identity=OTHER, slots=2):
+    """A registered master whose slots hold jobs and whose lease is gone."""
+    recovery.register(r, K, identity, slots, ["default"], 60_000)
+    r.lpush("queue:default", *(job(i) for i in range(1, 2 * slots + 1)))
+    for s in range(slots):
+        make_fetcher(identity=identity, slot=s).reserve(2)
+    r.delete(K.lease(identity))
+    return 2 * slots
+
+
+def test_reap_expired_requeues_every_slot_of_a_master_without_a_lease(r, make_fetcher):
+    # Given a dead master with 4 reserved jobs over 2 slots
+    n = _dead_master_with_jobs(r, make_fetcher)
+    # When any master reaps
+    reaped = recovery.reap_expired(r, K)
+    # Then all its jobs are back, its registration and reservations are gone
+    assert reaped == [(OTHER, n)]
+    assert sorted(drain(r)) == sorted(job(i) for i in range(1, n + 1))
+    assert not r.hexists(K.masters, OTHER)
+    assert not r.exists(K.reserved(OTHER, 0)) and not r.exists(K.reserved(OTHER, 1))
+
+
+def test_reap_expired_leaves_a_live_master_alone(r, make_fetcher):
+    recovery.register(r, K, ME, 1, ["default"], 60_000)
+    r.lpush("queue:default", job(1))
+    make_fetcher().reserve(1)
+    assert recovery.reap_expired(r, K) == []
+    assert r.zcard(K.reserved(ME, 0)) == 1
+    assert r.hexists(K.masters, ME)
+    assert r.llen("queue:default") == 0
+
+
+def test_reap_expired_twice_requeues_once(r, make_fetcher):
+    n = _dead_master_with_jobs(r, make_fetcher)
+    assert recovery.reap_expired(r, K) == [(OTHER, n)]
+    assert recovery.reap_expired(r, K) == []
+    assert len(drain(r)) == n
+
+
+def test_reap_expired_by_two_masters_at_once_requeues_once(r, redis_url, make_fetcher):
+    # Given several dead masters with jobs
+    total = 0
+    for i in range(4):
+        recovery.register(r, K, f"dead{i}:1:x", 2, ["default"], 60_000)
+        r.lpush("queue:default", *(job(100 * i + j) for j in range(4)))
+        for s in range(2):
+            make_fetcher(identity=f"dead{i}:1:x", slot=s).reserve(2)
+        r.delete(K.lease(f"dead{i}:1:x"))
+        total += 4
+    assert r.llen("queue:default") == 0
+    # When two masters reap at the same moment
+    barrier = threading.Barrier(2)
+    results = []
+
+    def reap():
+        client = redis_lib.Redis.from_url(redis_url)
+        barrier.wait()
+        results.append(recovery.reap_expired(client, K))
+        client.close()
+
+    threads = [threading.Thread(target=reap) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    # Then every job is in the queue exactly once, and each master was reaped once
+    items = drain(r)
+    assert len(items) == total and len(set(items)) == total
+    reaped = [identity for result in results for identity, _ in result]
+    assert sorted(reaped) == sorted(f"dead{i}:1:x" for i in range(4))
+    assert sum(moved for result in results for _, moved in result) == total
+    assert r.hlen(K.masters) == 0
+
+
+def test_reap_expired_uses_the_registered_queues(r, make_fetcher):
+    # Given a dead master on two queues: one job reserved from each, one landed on "high"
+    recovery.register(r, K, OTHER, 1, ["high", "low"], 60_000)
+    f = make_fetcher(identity=OTHER, queues=("high", "low"))
+    r.lpush("queue:high", job(1, "high"))
+    r.lpush("queue:low", job(2, "low"))
+    f.reserve(2)
+    r.lpush("queue:high", job(3, "high"))
+    assert f.block() is True  # slot 0 blocks on "high"
+    r.delete(K.lease(OTHER))
+    # When it is reaped, each job goes back to the queue it came from
+    assert recovery.reap_expired(r, K) == [(OTHER, 3)]
+    assert sorted(drain(r, "high")) == sorted([job(1, "high"), job(3, "high")])
+    assert drain(r, "low") == [job(2, "low")]
+    assert not r.exists(K.landing(OTHER, 0, "high"))
+
+
+@pytest.mark.parametrize("desc", [b"not json", b'{"queues":["default"]}', b"[1,2]",
+                                  b'{"slots":"x","queues":["default"]}'])
+def test_an_unreadable_registration_is_left_alone_with_an_error(r, make_fetcher, caplog, desc):
+    # Given a master without a lease whose registration cannot be read, holding a job
+    r.hset(K.masters, OTHER, desc)
+    r.lpush("queue:default", job(1))
+    make_fetcher(identity=OTHER).reserve(1)
+    # and a readable dead master beside it
+    n = _dead_master_with_jobs(r, make_fetcher, identity="ok:1:x", slots=1)
+    with caplog.at_level(logging.ERROR, logger="queued.recovery"):
+        reaped = recovery.reap_expired(r, K)
+    # Then the readable one is reaped, the unreadable one is untouched and logged
+    assert reaped == [("ok:1:x", n)]
+    assert r.hget(K.masters, OTHER) == desc
+    assert r.zcard(K.reserved(OTHER, 0)) == 1
+    errors = [rec for rec in caplog.records if rec.levelno == logging.ERROR]
+    assert len(errors) == 1 and OTHER in errors[0].getMessage()
+
+
+def test_current_job_by_jid_is_the_running_one_not_the_earliest(r, make_fetcher):
+    # Given a batch of three reserved jobs; the first finished but its ack has not gone out
+    f = make_fetcher()
+    r.lpush("queue:default", job(1), job(2), job(3))
+    first, running, _ = f.reserve(3)
+    # When the master asks for the job the slot table names
+    cur = recovery.current_job(r, K, ME, 0, ["default"], jid=f"{2:024x}")
+    # Then it gets that job; a jid the slot does not hold gives None
+    assert cur == running
+    assert recovery.current_job(r, K, ME, 0, ["default"], jid="f" * 24) is None
+    assert recovery.current_job(r, K, ME, 0, ["default"]) == first
+
+
+def test_current_job_matches_a_long_jid_as_the_slot_table_stores_it(r, make_fetcher):
+    from queued.slots import stored_jid
+    f = make_fetcher()
+    long_jid = "job-" + "x" * 40
+    raw = json.dumps({"class": "X", "args": [], "jid": long_jid}).encode()
+    r.lpush("queue:default", b"not json", raw)
+    f.reserve(2)
+    cur = recovery.current_job(r, K, ME, 0, ["default"], jid=stored_jid(long_jid))
+    assert cur is not None and cur.payload == raw
+
+
+class _StaleLeaseView:
+    """A client whose lease check (the pipelined EXISTS) answers from an old snapshot: "no
+    lease". Everything else, the requeue script included, goes to the real Redis."""
+
+    def __init__(self, r):
+        self._r = r
+
+    def __getattr__(self, name):
+        return getattr(self._r, name)
+
+    def pipeline(self, *args, **kwargs):
+        return _StalePipe()
+
+
+class _StalePipe:
+    def __init__(self):
+        self.n = 0
+
+    def exists(self, *keys):
+        self.n += 1
+
+    def execute(self):
+        return [0] * self.n
+
+
+def test_a_master_that_renewed_its_lease_after_the_check_is_left_alone(r, make_fetcher):
+    # Given a live master whose lease check came back "expired" a moment before it renewed
+    recovery.register(r, K, OTHER, 1, ["default"], 60_000)
+    r.lpush("queue:default", job(1))
+    make_fetcher(identity=OTHER).reserve(1)
+    # When another master reaps on that stale answer
+    reaped = recovery.reap_expired(_StaleLeaseView(r), K)
+    # Then the requeue itself checks the lease in Redis and touches nothing
+    assert reaped == []
+    assert r.zcard(K.reserved(OTHER, 0)) == 1
+    assert r.llen("queue:default") == 0
+    assert r.hexists(K.masters, OTHER)

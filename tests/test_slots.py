@@ -1,0 +1,243 @@
+"""queued.slots: the shared-memory table workers write and the master reads.
+
+The seqlock is checked the only way that means anything: a forked process writes as fast as it
+can while this process reads, and no read may mix two writes.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import time
+
+from queued import slots
+from queued.slots import BUSY, IDLE, SlotTable, SlotWriter
+
+
+def test_a_fresh_table_is_idle_and_empty():
+    t = SlotTable(3)
+    views = t.views()
+    assert [v.slot for v in views] == [0, 1, 2]
+    assert all(v.state == IDLE and not v.busy and v.jid == "" and v.processed == 0
+               for v in views)
+
+
+def test_writer_reader_round_trip():
+    t = SlotTable(2)
+    t.reset(1, 4242)
+    w = SlotWriter(t, 1, 4242)
+    before = time.time()
+    w.begin("15acda24f01de58f49b27035", "critical", "Billing::InvoiceJob", 30.0)
+    v = t.read(1)
+    assert v.busy and v.state == BUSY
+    assert (v.slot, v.pid, v.jid, v.queue, v.job_class, v.timeout) == (
+        1, 4242, "15acda24f01de58f49b27035", "critical", "Billing::InvoiceJob", 30.0)
+    assert before <= v.started_at <= time.time()
+    assert abs(v.tick - time.monotonic()) < 1
+    # the other slot is untouched
+    assert t.read(0).pid == 0 and not t.read(0).busy
+    w.end(failed=True)
+    v = t.read(1)
+    assert not v.busy and (v.jid, v.queue, v.job_class) == ("", "", "")
+    assert (v.processed, v.failed) == (1, 1)
+    w.begin("b" * 24, "default", "X", None)
+    assert t.read(1).timeout == 0.0
+    w.end(failed=False)
+    assert (t.read(1).processed, t.read(1).failed) == (2, 1)
+
+
+def test_unicode_and_long_names_are_cut_to_their_fields():
+    t = SlotTable(1)
+    w = SlotWriter(t, 0, 1)
+    w.begin("j" * 30, "q\u00e9" * 10, "C" * 200, None)
+    v = t.read(0)
+    assert v.jid == "j" * 24
+    assert v.queue == "q\u00e9" * 10
+    assert v.job_class == "C" * 128
+
+
+def test_tick_proves_liveness_without_touching_counts():
+    t = SlotTable(1)
+    w = SlotWriter(t, 0, 1)
+    w.begin("a" * 24, "q", "X", None)
+    w.end(False)
+    first = t.read(0).tick
+    time.sleep(0.01)
+    w.tick()
+    v = t.read(0)
+    assert v.tick > first and v.processed == 1 and not v.busy
+
+
+def test_reset_keeps_counters():
+    t = SlotTable(1)
+    t.reset(0, 100)
+    w = SlotWriter(t, 0, 100)
+    w.begin("a" * 24, "q", "X", 5)
+    w.end(False)
+    w.begin("b" * 24, "q", "X", 5)
+    w.end(True)
+    w.begin("c" * 24, "q", "X", 5)  # killed mid-job
+    t.reset(0, 200)
+    v = t.read(0)
+    assert (v.pid, v.busy, v.jid) == (200, False, "")
+    assert (v.processed, v.failed) == (2, 1)
+    w2 = SlotWriter(t, 0, 200)
+    w2.begin("d" * 24, "q", "X", None)
+    w2.end(False)
+    assert (t.read(0).processed, t.read(0).failed) == (3, 1)
+
+
+# The two jobs the forked writer alternates between: a torn read mixes their fields.
+A = ("a" * 24, "alpha", "AlphaJob")
+B = ("b" * 24, "beta-queue-with-a-longer-name", "B")
+IDLE_FIELDS = ("", "", "")
+
+
+def _consistent(v, writer_pid: int) -> bool:
+    fields = (v.jid, v.queue, v.job_class)
+    if v.pid != writer_pid or v.tick == 0.0 or v.failed > v.processed:
+        return False
+    if v.busy:
+        return (fields == A and v.timeout == 1.0) or (fields == B and v.timeout == 2.0)
+    return fields == IDLE_FIELDS and v.timeout == 0.0 and v.started_at == 0.0
+
+
+def test_reader_never_sees_a_torn_record_under_a_concurrent_writer():
+    # Given a forked worker writing its record as fast as it can
+    t = SlotTable(2)
+    t.reset(0, 0)
+    pid = os.fork()
+    if pid == 0:  # the writer: hammer begin/end for a while, then leave without cleanup
+        try:
+            w = SlotWriter(t, 0, os.getpid())
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                w.begin(*A, 1.0)
+                w.end(False)
+                w.begin(*B, 2.0)
+                w.end(True)
+        finally:
+            os._exit(0)
+    try:
+        deadline = time.monotonic() + 2
+        while t.read(0).pid != pid and time.monotonic() < deadline:
+            pass
+        # When the master reads the record over and over meanwhile
+        reads, last_processed, gave_up = 0, 0, 0
+        torn = []
+        deadline = time.monotonic() + 0.7
+        while time.monotonic() < deadline:
+            t0 = time.monotonic()
+            v = t.read(0)
+            if time.monotonic() - t0 >= 0.9 * slots.READ_PATIENCE:
+                gave_up += 1  # the reader stopped waiting for a quiet moment: by design
+                continue
+            reads += 1
+            # Then every read is one whole write: never two writes mixed, never a half-zeroed
+            # record, and the counters never go back
+            if _consistent(v, pid) and v.processed >= last_processed:
+                last_processed = v.processed
+            else:
+                torn.append(v)
+        assert torn == [], f"{len(torn)} torn reads of {reads}, e.g. {torn[:3]}"
+        assert reads + gave_up > 0
+    finally:
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert t.read(0).processed > 100  # the writer really hammered
+
+
+class _SeqSpy:
+    """Stands in for the writer's sequence number. Whenever the writer stores it, records
+    what the sequence word in shared memory holds at that instant (after any zero-fill the
+    store does first, before the new value lands)."""
+
+    def __init__(self, value, mem, off, seen):
+        self.value, self.mem, self.off, self.seen = value, mem, off, seen
+
+    def _look(self):
+        self.seen.append(struct.unpack_from("<Q", self.mem, self.off)[0])
+        return self.value
+
+    def __add__(self, n):
+        return _SeqSpy(self.value + n, self.mem, self.off, self.seen)
+
+    def __and__(self, n):
+        return self.value & n
+
+    def __index__(self):
+        return self._look()
+
+    __int__ = __index__
+
+    def to_bytes(self, *args, **kwargs):
+        return self._look().to_bytes(*args, **kwargs)
+
+
+def test_the_sequence_word_only_ever_holds_sequence_values():
+    # A seqlock reader accepts what it read when it saw the same even value before and after.
+    # So the sequence word may only ever hold S, S+1, S+2 ...: if a store first zero-fills the
+    # word (CPython's struct.pack_into does), a reader can see 0 at the start of one write
+    # and 0 again at its end, and accept the half-written body it read in between.
+    t = SlotTable(2)
+    w = SlotWriter(t, 1, 1)
+    w.begin("a" * 24, "q", "X", None)
+    start = int(w.seq)
+    seen = []
+    w.seq = _SeqSpy(start, t.mem, t._off(1), seen)
+    w.end(False)
+    assert all(start <= x <= start + 2 for x in seen), f"sequence word seen as {seen}"
+    assert t.read(1).processed == 1 and not t.read(1).busy
+
+
+def test_a_writer_killed_mid_write_does_not_hang_the_master(monkeypatch):
+    # Given a worker SIGKILLed between its two sequence stores: the sequence stays odd
+    t = SlotTable(1)
+    t.reset(0, 0)
+    w = SlotWriter(t, 0, 1)
+    w.begin("a" * 24, "q", "X", None)
+    w.end(True)
+    w.begin("b" * 24, "q", "X", None)
+    seq = struct.unpack_from("<Q", t.mem, 0)[0]
+    struct.pack_into("<Q", t.mem, 0, seq + 1)
+    # When the master reads it knowing the worker is gone: at once
+    t0 = time.monotonic()
+    assert t.read(0, writer_alive=False).pid == 1
+    assert time.monotonic() - t0 < 0.1
+    # and a reader that thinks the writer lives gives up after READ_PATIENCE
+    monkeypatch.setattr(slots, "READ_PATIENCE", 0.05)
+    t0 = time.monotonic()
+    assert t.read(0).pid == 1
+    assert time.monotonic() - t0 < 1.0
+    # Then the respawn path keeps the counts, and the new worker's writes read cleanly
+    t0 = time.monotonic()
+    t.reset(0, 2)
+    assert time.monotonic() - t0 < 0.1
+    v = t.read(0)
+    assert (v.pid, v.processed, v.failed, v.busy) == (2, 1, 1, False)
+    w2 = SlotWriter(t, 0, 2)
+    w2.begin("c" * 24, "q", "X", None)
+    t0 = time.monotonic()
+    assert t.read(0).jid == "c" * 24
+    assert time.monotonic() - t0 < 0.04
+
+
+def test_the_table_is_shared_with_a_forked_child():
+    t = SlotTable(1)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            w = SlotWriter(t, 0, os.getpid())
+            w.begin("c" * 24, "q", "Child", None)
+            signal.pause()
+        finally:
+            os._exit(0)
+    try:
+        deadline = time.monotonic() + 5
+        while t.read(0).pid != pid and time.monotonic() < deadline:
+            time.sleep(0.005)
+        v = t.read(0)
+        assert (v.pid, v.jid, v.job_class, v.busy) == (pid, "c" * 24, "Child", True)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
