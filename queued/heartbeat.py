@@ -22,7 +22,7 @@ from typing import Sequence
 import psutil
 import redis
 
-from . import __version__
+from . import __version__, recovery
 from .keys import Keys
 from .log import pid_tag
 from .slots import SlotView, stored_jid
@@ -59,6 +59,7 @@ class Heartbeat:
             "queues": list(config.queue_names), "labels": list(config.labels),
             "identity": identity, "version": __version__,
         }, separators=(",", ":"))
+        self.registration = recovery.registration(config.concurrency, config.queue_names)
         self.sent = (0, 0)  # processed, failed already flushed to stat:*
 
     def _counts(self, views: Sequence[SlotView]) -> tuple[int, int]:
@@ -122,6 +123,10 @@ class Heartbeat:
             "rtt_us": str(rtt_us), "quiet": "true" if quiet else "false",
             "rss": str(self._rss_kb(views))})
         pipe.expire(k.process(ident), PROCESS_TTL)
+        # The registration goes with the lease: a Redis that lost its data (restarted without
+        # persistence, a failover) lost it too, and an unregistered master is never reaped
+        # if it dies, so its reserved jobs would be stranded.
+        pipe.hset(k.masters, ident, self.registration)
         pipe.set(k.lease(ident), "1", px=lease_ms)
         pipe.rpop(k.signals(ident))
         result = pipe.execute()

@@ -93,7 +93,7 @@ class Master:
             return 0
         events.fire("startup")
         try:
-            while not (self.state == STOPPING and not self.workers and not self.unrecovered):
+            while not self._stopped():
                 self._wait()
                 self._handle_signals()
                 self._reap()
@@ -128,11 +128,28 @@ class Master:
                 return False
             delay = min(delay * 2, 5.0)
 
+    def _stopped(self) -> bool:
+        """Stopping, no worker left, and their jobs put back. If Redis is away at the
+        deadline the jobs cannot be put back: stop anyway (waiting hung the master for as
+        long as Redis was away); they stay reserved under this master's registration, and
+        any master recovers them once its lease expires."""
+        if self.state != STOPPING or self.workers:
+            return False
+        if self.unrecovered and time.monotonic() < (self.deadline or 0.0):
+            return False
+        if self.unrecovered:
+            log.warning("Redis unreachable: the jobs of %d worker slot(s) stay reserved; any "
+                        "master puts them back once this one's lease expires (%gs)",
+                        len(self.unrecovered), self.config.lease_timeout)
+        return True
+
     def _finish(self) -> None:
         events.fire("shutdown")
         views = self.table.views()
-        for step in (lambda: self.heartbeat.clear(views), self.scheduler.resign,
-                     lambda: recovery.unregister(self.r, self.keys, self.identity)):
+        steps = [lambda: self.heartbeat.clear(views), self.scheduler.resign]
+        if not self.unrecovered:  # else the registration must stay, for the reaper
+            steps.append(lambda: recovery.unregister(self.r, self.keys, self.identity))
+        for step in steps:
             try:
                 step()
             except (redis.RedisError, OSError) as e:
@@ -152,9 +169,14 @@ class Master:
     def _wait(self, timeout: float | None = None) -> None:
         if timeout is None:
             now = time.monotonic()
-            timeout = min(TICK, max(0.0, self.next_beat - now), self.scheduler.due_in(now))
-            if self.deadline is not None:
-                timeout = min(timeout, max(0.0, self.deadline - now))
+            timeout = min(TICK, max(0.0, self.next_beat - now))
+            # Only the timers that will fire: the scheduler is not ticked unless running, and
+            # a deadline passes once. Counting them after that made a quiet or stopping
+            # master spin at 100% CPU (a zero timeout for ever).
+            if self.state == RUNNING:
+                timeout = min(timeout, self.scheduler.due_in(now))
+            if self.deadline is not None and self.deadline > now:
+                timeout = min(timeout, self.deadline - now)
             if self.dumps:
                 timeout = min(timeout, max(0.0, self.next_dump - now))
         try:

@@ -34,11 +34,15 @@ CRASH_MEMORY = 7 * 24 * 3600
 def register(r: redis.Redis, keys: Keys, identity: str, slots: int, queues: Sequence[str],
              lease_ms: int) -> None:
     """Announce this master and take its first lease before any worker reserves a job."""
-    desc = json.dumps({"slots": slots, "queues": list(queues)})
     pipe = r.pipeline(transaction=True)
-    pipe.hset(keys.masters, identity, desc)
+    pipe.hset(keys.masters, identity, registration(slots, queues))
     pipe.set(keys.lease(identity), "1", px=lease_ms)
     pipe.execute()
+
+
+def registration(slots: int, queues: Sequence[str]) -> str:
+    """What ``queued:masters`` holds for a master: enough for another master to reap it."""
+    return json.dumps({"slots": slots, "queues": list(queues)})
 
 
 def unregister(r: redis.Redis, keys: Keys, identity: str) -> None:

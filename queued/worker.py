@@ -145,15 +145,18 @@ class Worker:
             self.batch = 1
             self.writer.tick()
             self.title.idle()
-            if self._block():
+            # Not if TERM came while we blocked: the landed job stays in the landing list
+            # and the master puts it back when we exit. On a loaded host a quiet worker
+            # handled its TERM only after BLMOVE had landed a job pushed after the quiet.
+            if self._block() and not self.stopping:
                 jobs = self.fetcher.reserve(1, self.fetcher.block_queue)
             if not jobs:
                 return
         started = time.monotonic()
         done = 0
         for res in jobs:
-            if self.stopping and done:
-                break  # the rest stay reserved; the master puts them back at the head
+            if self.stopping:
+                break  # told to stop: start nothing new; the master puts the rest back at the head
             if done:
                 self.fetcher.send_acks()  # release the batch's finished jobs (no round trip)
             self.process(res)

@@ -1,6 +1,7 @@
 """Run a real ``queued`` daemon in a subprocess, as an operator would, and watch it."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -25,9 +26,42 @@ def wait_for(predicate, timeout=10.0, interval=0.02, what="condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def counts(r, key) -> dict[str, int]:
+    """A ``t:`` hash of jid -> count (jobs.RUNS, jobs.DONE) as {jid: int}."""
+    return {k.decode(): int(v) for k, v in r.hgetall(key).items()}
+
+
+def zmembers(r, key) -> list[tuple[bytes, float]]:
+    """A zset (retry, dead, schedule) as [(member bytes, score)], lowest score first."""
+    return r.zrange(key, 0, -1, withscores=True)
+
+
+def zjobs(r, key) -> list[dict]:
+    """The JSON members of a zset, decoded (key order kept)."""
+    return [json.loads(m) for m, _ in zmembers(r, key)]
+
+
+def title(pid: int) -> str:
+    """A process's title as ps shows it (setproctitle rewrites /proc/<pid>/cmdline)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 class Daemon:
-    def __init__(self, redis_url: str, tmp_path, require=("jobs.py",), **settings):
+    def __init__(self, redis_url: str, tmp_path, require=("jobs.py",), env=None, **settings):
         self.redis_url = redis_url
+        self.env = dict(env or {})
         self.dir = str(tmp_path)
         data = {"redis_url": redis_url, "concurrency": 2, "heartbeat_interval": 0.5,
                 "require": [os.path.join(HERE, r) for r in require], **settings}
@@ -38,8 +72,9 @@ class Daemon:
         self.proc: subprocess.Popen | None = None
         self.r = redis.Redis.from_url(redis_url)
 
-    def start(self, *extra: str, wait=True) -> "Daemon":
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    def start(self, *extra: str, wait=True) -> Daemon:
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   **self.env)
         self.log = open(self.logpath, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "queued", "-C", self.config, *extra],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env,
@@ -86,6 +121,14 @@ class Daemon:
                 pass
         self.proc.wait(10)
 
+    def title(self) -> str:
+        return title(self.pid)
+
+    def wait_log(self, text: str, timeout=10.0) -> str:
+        """Wait until the daemon's output contains ``text``; return the output."""
+        return wait_for(lambda: text in self.output() and self.output(), timeout,
+                        what=f"{text!r} in the daemon's log")
+
     def output(self) -> str:
         with open(self.logpath, "rb") as f:
             return f.read().decode("utf-8", "replace")
@@ -98,4 +141,5 @@ class Daemon:
                 except ProcessLookupError:
                     pass
             self.proc.wait(10)
-        self.log.close()
+        if getattr(self, "log", None) is not None:
+            self.log.close()

@@ -116,3 +116,63 @@ class Hooks(queued.Job):
 
     def after_failed(self, exc):
         _r().rpush("t:hooks", f"failed:{self.jid}:{type(exc).__name__}")
+
+
+STAMPS = "t:stamps"    # hash jid -> time.time() when perform started
+MSGS = "t:msgs"        # list of the payloads (JSON) jobs saw, in run order
+
+
+class SlowFirst(queued.Job):
+    """Slow on its first run only, so a job requeued by a shutdown finishes fast next time."""
+
+    def perform(self, seconds, tag=None):
+        _start(self, tag)
+        if int(_r().hget(RUNS, self.jid) or 0) <= 1:
+            time.sleep(seconds)
+        _finish(self)
+
+
+class Stamp(queued.Job):
+    """Records when it started (wall clock), for scheduling precision."""
+
+    def perform(self, tag=None):
+        _r().hset(STAMPS, self.jid, repr(time.time()))
+        _start(self, tag)
+        _finish(self)
+
+
+class FailOnce(queued.Job):
+    """Fails on its first run, succeeds after; records the payload it saw each time."""
+    queued_options = {"retry": 3}
+
+    @classmethod
+    def retry_in(cls, count, exc):
+        return 1
+
+    def perform(self, *args):
+        import json
+        _r().rpush(MSGS, json.dumps(self.msg))
+        _start(self)
+        if int(_r().hget(RUNS, self.jid)) == 1:
+            raise RuntimeError("first run fails")
+        _finish(self)
+
+
+class FailBacktrace(queued.Job):
+    """Sidekiq's FailWorker from SIDEKIQ_FORMAT.md section 5."""
+    queued_options = {"backtrace": True}
+
+    def perform(self, *args):
+        import json
+        _start(self)
+        raise RuntimeError("boom ünïcødé " + json.dumps(list(args), ensure_ascii=False))
+
+
+class Patient(queued.Job):
+    """A class-level timeout longer than the job, to beat a short config job_timeout."""
+    queued_options = {"timeout": 5, "retry": 0}
+
+    def perform(self, seconds):
+        _start(self)
+        time.sleep(seconds)
+        _finish(self)

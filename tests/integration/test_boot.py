@@ -1,0 +1,190 @@
+"""Booting a real daemon: bad job code, bad config, Redis away, workers that die at boot."""
+import re
+import signal
+import tempfile
+import time
+
+import jobs
+import pytest
+import redis
+from conftest import RedisServer, find_redis_server, free_port
+from harness import Daemon, counts, wait_for
+
+import queued
+
+
+def one_line(text):
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def test_job_code_that_raises_at_import_stops_the_boot_with_exit_4(daemon, r):
+    # Given job code whose import raises
+    d = daemon(require=("jobmods/raises_at_import.py",), wait=False)
+    # Then queued exits 4 with one line naming the file and the error, and no traceback
+    assert d.wait(15) == 4
+    line = one_line(d.output())
+    assert line.startswith("queued: cannot load job code ")
+    assert "raises_at_import.py" in line
+    assert "RuntimeError: kaboom at import" in line
+    assert re.search(r"raises_at_import\.py:\d+\)$", line)
+    assert "Traceback" not in d.output()
+    assert r.smembers("processes") == set()
+
+
+def test_missing_job_code_stops_the_boot_with_exit_4(daemon):
+    d = daemon(require=("jobmods/no_such_file.py",), wait=False)
+    assert d.wait(15) == 4
+    line = one_line(d.output())
+    assert line.startswith("queued: cannot load job code ") and "no_such_file.py" in line
+
+
+@pytest.mark.parametrize("settings,key,why", [
+    ({"bogus_key": 1}, "bogus_key", "unknown key"),
+    ({"concurrency": "many"}, "concurrency", "expected a positive integer"),
+    ({"heartbeat_interval": [1]}, "heartbeat_interval", "expected a positive number of seconds"),
+])
+def test_a_bad_config_exits_2_with_one_line_naming_key_and_file(daemon, settings, key, why):
+    d = daemon(wait=False, **settings)
+    assert d.wait(15) == 2
+    line = one_line(d.output())
+    assert line.startswith(f"queued: {d.config}: ")
+    assert key in line and why in line
+
+
+def redis_at(url):
+    return redis.Redis.from_url(url, socket_timeout=2)
+
+
+def test_redis_unreachable_at_boot_waits_logs_once_then_serves(tmp_path):
+    # Given nothing listening at the configured Redis address
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    d = Daemon(url, tmp_path)
+    server = RedisServer(find_redis_server())
+    server.port, server.url = port, url
+    try:
+        started = time.time()
+        d.start(wait=False)
+        # When the daemon has waited for it for 2 s and Redis then comes up there
+        d.wait_log("Redis unreachable", 10)
+        time.sleep(max(0.0, started + 2 - time.time()))  # the outage lasts 2 s, by design
+        assert d.proc.poll() is None
+        server.start()
+        # Then the daemon connects, registers and serves jobs
+        c = redis_at(url)
+        wait_for(lambda: c.scard("processes") == 1, 15, what="registration")
+        jid = queued.Client(url=url).push({"class": jobs.Record, "args": ["late"]})
+        wait_for(lambda: counts(c, jobs.DONE).get(jid) == 1, 10, what="the job to run")
+        # And it logged the outage once, not once per retry, and its end
+        out = d.output()
+        assert out.count("Redis unreachable") == 1
+        assert "Redis is back" in out
+        assert d.stop() == 0
+    finally:
+        d.cleanup()
+        server.stop()
+
+
+def test_term_while_waiting_for_redis_exits_0(tmp_path):
+    d = Daemon(f"redis://127.0.0.1:{free_port()}/0", tmp_path)
+    try:
+        d.start(wait=False)
+        d.wait_log("Redis unreachable", 10)
+        t0 = time.time()
+        d.signal(signal.SIGTERM)
+        assert d.wait(10) == 0
+        assert time.time() - t0 < 3
+    finally:
+        d.cleanup()
+
+
+@pytest.mark.parametrize("status", ["3", "1"])
+def test_workers_that_die_at_boot_are_respawned_with_backoff(daemon, r, status):
+    # Given job code that kills every worker right after fork (exit 3 = boot error, or 1)
+    d = daemon(require=("jobs.py", "jobmods/crash_at_fork.py"), concurrency=2,
+               env={"QUEUED_TEST_FORK_EXIT": status}, wait=False)
+    d.wait_log("respawning in", 10)
+    # When it keeps trying for 3 s
+    t0 = time.time()
+    time.sleep(3)  # the observation window: count forks over 3 s
+    out = d.output()
+    # Then the master backs off: per slot, each delay is longer than the one before, and it
+    # forked a handful of workers, not hundreds
+    deaths = re.findall(r"worker (\d) \(pid \d+\) died [\d.]+s after boot \(exit code (\d+)\); "
+                        r"respawning in ([\d.]+)s", out)
+    assert 4 <= len(deaths) <= 20, deaths
+    assert {code for _, code, _ in deaths} == {status}
+    for slot in ("0", "1"):
+        delays = [float(delay) for s, _, delay in deaths if s == slot]
+        assert len(delays) >= 2
+        assert delays == sorted(delays) and delays[-1] > delays[0]
+    # And it is still up and stops cleanly on TERM, however long its backoff
+    assert d.proc.poll() is None
+    assert r.sismember("processes", d.identity() or "")
+    d.signal(signal.SIGTERM)
+    assert d.wait(10) == 0
+    assert time.time() - t0 < 3 + 5
+
+
+def test_redis_going_away_mid_run_is_survived(tmp_path):
+    # Given a daemon serving jobs from its own Redis
+    server = RedisServer(find_redis_server())
+    server.start()
+    d = Daemon(server.url, tmp_path)
+    try:
+        d.start()
+        identity = d.identity()
+        client = queued.Client(url=server.url)
+        c = redis_at(server.url)
+        jid = client.push({"class": jobs.Record, "args": ["before"]})
+        wait_for(lambda: counts(c, jobs.DONE).get(jid) == 1, 5, what="a job before")
+        # When Redis stops (losing its data: no persistence) and comes back 1.5 s later
+        server.stop()
+        d.wait_log("Redis unreachable", 10)
+        time.sleep(1.5)  # the outage lasts 1.5 s, by design
+        assert d.proc.poll() is None
+        server.dir = tempfile.mkdtemp(prefix="queued-test-redis-")  # stop() removed it
+        server.start()
+        # Then the daemon carries on: it serves jobs again and re-announces itself (process
+        # record, master registration, lease), so Sidekiq's tools and other masters see it
+        jid = client.push({"class": jobs.Record, "args": ["after"]})
+        wait_for(lambda: counts(c, jobs.DONE).get(jid) == 1, 15, what="a job after")
+        wait_for(lambda: c.sismember("processes", identity), 5, what="the process record")
+        wait_for(lambda: c.hexists("queued:masters", identity), 5, what="the registration")
+        assert c.exists(f"queued:lease:{identity}")
+        # And the outage was logged once per process, not once per retry
+        out = d.output()
+        master_lines = [x for x in out.splitlines()
+                        if "tid=master" in x and "Redis unreachable" in x]
+        assert len(master_lines) == 1, master_lines
+        for slot in ("w0", "w1"):
+            assert len([x for x in out.splitlines()
+                        if f"tid={slot} " in x and "Redis unreachable" in x]) <= 1
+        assert d.stop() == 0
+    finally:
+        d.cleanup()
+        server.stop()
+
+
+def test_term_while_redis_is_away_mid_run_exits_at_the_deadline(tmp_path):
+    # Given a running daemon (2 s shutdown timeout) whose Redis has gone away
+    server = RedisServer(find_redis_server())
+    server.start()
+    d = Daemon(server.url, tmp_path, timeout=2)
+    try:
+        d.start()
+        server.stop()
+        d.wait_log("Redis unreachable", 10)
+        # When it is told to stop
+        t0 = time.time()
+        d.signal(signal.SIGTERM)
+        # Then it stops by its deadline (its workers' slots cannot be put back; they stay
+        # registered for the reaper) instead of waiting for Redis for ever
+        assert d.wait(2 + 8) == 0
+        assert time.time() - t0 < 2 + 5
+        assert "stay reserved" in d.output()
+    finally:
+        d.cleanup()
+        server.stop()

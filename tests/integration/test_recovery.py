@@ -1,0 +1,209 @@
+"""Reliable fetch under fire: workers and whole hosts die, and no job is lost."""
+import json
+import os
+import signal
+import time
+
+import jobs
+import pytest
+from harness import counts, pid_alive, wait_for, zjobs
+
+
+def runs(r):
+    return counts(r, jobs.RUNS)
+
+
+def done(r):
+    return counts(r, jobs.DONE)
+
+
+def held(r):
+    """Jobs some worker slot still holds (reserved zsets and landing lists)."""
+    return (sum(r.zcard(k) for k in r.keys("queued:reserved:*"))
+            + sum(r.llen(k) for k in r.keys("queued:landing:*")))
+
+
+def kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_killing_workers_repeatedly_under_load_loses_nothing(daemon, producer, r):
+    # Given a daemon working through a deep queue of short jobs (so workers prefetch batches)
+    d = daemon(concurrency=2)
+    jids = jobs.Sleep.perform_bulk([[0.002, i] for i in range(200)])
+    killed = set()
+    # When its workers are SIGKILLed four times while they run
+    for _ in range(4):
+        fresh = wait_for(lambda: [p for p in d.worker_pids() if p not in killed], 10,
+                         what="live workers")
+        progressed = sum(runs(r).values()) + 5
+
+        def working(progressed=progressed):
+            return sum(runs(r).values()) >= progressed or r.llen("queue:default") == 0
+
+        wait_for(working, 10, what="workers to make progress")
+        for pid in fresh:
+            kill(pid)
+            killed.add(pid)
+    # Then every jid still runs to the end at least once, and nothing is left anywhere
+    wait_for(lambda: set(done(r)) == set(jids), 30, what="every job to finish")
+    assert all(n >= 1 for n in runs(r).values())
+    assert r.llen("queue:default") == 0 and held(r) == 0
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert d.output().count("killed by SIGKILL") >= 4
+    assert d.stop() == 0
+
+
+@pytest.mark.parametrize("how,status", [("kill", "killed by SIGKILL"),
+                                        ("segv", "killed by SIGSEGV"),
+                                        ("exit", "exit code 7")])
+def test_a_poison_pill_goes_to_dead_after_max_crashes(daemon, producer, r, how, status):
+    # Given a daemon that tolerates 3 crashes per job
+    d = daemon(concurrency=2, max_crashes=3)
+    first_workers = set(d.worker_pids())
+    # When a job kills its worker every time it runs, among ordinary jobs
+    pill = jobs.Crash.perform_async(how)
+    others = [jobs.Record.perform_async(i) for i in range(20)]
+    # Then after its third run it is dead with error_class WorkerKilled, and never runs again
+    entry = wait_for(lambda: zjobs(r, "dead"), 15, what="poison pill in dead")
+    assert len(entry) == 1
+    entry = entry[0]
+    assert entry["jid"] == pill
+    assert entry["error_class"] == "WorkerKilled"
+    assert "killed its worker 3 times" in entry["error_message"]
+    assert status in entry["error_message"]
+    assert entry["retry_count"] == 0 and entry["args"] == [how]
+    assert runs(r)[pill] == 3
+    # And the other jobs were served, the crashed workers were replaced by new processes
+    nxt = jobs.Record.perform_async("after")
+    wait_for(lambda: all(done(r).get(j) == 1 for j in others + [nxt]), 15, what="other jobs")
+    assert runs(r)[pill] == 3 and r.llen("queue:default") == 0 and r.zcard("retry") == 0
+    wait_for(lambda: len(d.worker_pids()) == 2, 5, what="both workers back")
+    assert set(d.worker_pids()) - first_workers
+    # A job's crash is not a boot failure: the worker is replaced at once, without backoff
+    assert "respawning in" not in d.output()
+    assert d.output().count(f"class=Crash jid={pill} killed its worker") == 3
+    assert d.stop() == 0
+
+
+def test_a_job_that_crashes_once_is_rerun_and_succeeds(daemon, producer, r):
+    d = daemon(concurrency=1)
+    (worker,) = d.worker_pids()
+    # When a job kills its worker on its first run only
+    jid = jobs.Crash.perform_async("kill", 1)
+    # Then a new worker (a new pid) runs it again, and it finishes; nothing in retry or dead
+    wait_for(lambda: done(r).get(jid) == 1, 10, what="rerun to finish")
+    assert runs(r)[jid] == 2
+    assert d.worker_pids() and d.worker_pids() != [worker]
+    assert r.zcard("dead") == 0 and r.zcard("retry") == 0 and held(r) == 0
+    assert d.stop() == 0
+
+
+def test_a_dead_host_is_recovered_by_another_master_after_its_lease(daemon, producer, r):
+    # Given a daemon with a 2 s lease running two long jobs
+    d1 = daemon(concurrency=2, lease_timeout=2)
+    dead_identity = d1.identity()
+    jids = [jobs.SlowFirst.perform_async(30, i) for i in range(2)]
+    wait_for(lambda: set(runs(r)) == set(jids), 10, what="both jobs running")
+    # When the master and its workers are SIGKILLed together (the host dies)
+    d1.kill_all()
+    died = time.time()
+    assert held(r) == 2  # the jobs sit in the dead master's slots
+    # Then a second daemon puts them back once the lease expires, and they run to the end
+    d2 = daemon(concurrency=2, lease_timeout=2)
+    wait_for(lambda: all(runs(r).get(j) == 2 for j in jids), 10, what="recovered jobs to rerun")
+    recovered_after = time.time() - died
+    assert recovered_after < 2 + 3
+    wait_for(lambda: done(r) == {j: 1 for j in jids}, 10, what="recovered jobs to finish")
+    assert runs(r) == {j: 2 for j in jids}
+    assert not r.hexists("queued:masters", dead_identity)
+    assert held(r) == 0 and r.llen("queue:default") == 0
+    assert f"master {dead_identity} stopped renewing its lease; 2 of its job(s)" in d2.output()
+    assert d2.stop() == 0
+
+
+def test_when_the_master_alone_dies_its_workers_finish_their_job_and_leave(
+        daemon, producer, r):
+    # Given a daemon running a job
+    d1 = daemon(concurrency=2, lease_timeout=2)
+    workers = d1.worker_pids()
+    jid = jobs.Sleep.perform_async(1.0, "orphaned")
+    wait_for(lambda: jid in runs(r), 5, what="job start")
+    # When only its master is SIGKILLed
+    os.kill(d1.pid, signal.SIGKILL)
+    d1.proc.wait(5)
+    # Then its workers (told by the kernel) finish the job in hand and exit, taking no more
+    later = jobs.Record.perform_async("later")
+    wait_for(lambda: not any(pid_alive(p) for p in workers), 5, what="orphans to exit")
+    assert done(r) == {jid: 1}
+    assert later not in runs(r)
+    # And the next daemon runs what was left, once the lease is gone; nothing runs twice
+    d2 = daemon(concurrency=2, lease_timeout=2)
+    wait_for(lambda: done(r).get(later) == 1, 10, what="the later job")
+    assert runs(r) == {jid: 1, later: 1}
+    wait_for(lambda: r.hlen("queued:masters") == 1, 5, what="the dead master reaped")
+    assert held(r) == 0
+    assert d2.stop() == 0
+
+
+def test_a_job_longer_than_the_lease_is_not_recovered_while_its_master_lives(
+        daemon, producer, r):
+    # Given two daemons with a 2 s lease, one of them running a 3 s job
+    d1 = daemon(concurrency=1, lease_timeout=2)
+    jid = jobs.Sleep.perform_async(3, "long")
+    wait_for(lambda: jid in runs(r), 5, what="job start")
+    d2 = daemon(concurrency=1, lease_timeout=2)
+    # Then the job runs once, to the end: its master's heartbeat keeps renewing the lease,
+    # so the other master never takes it
+    wait_for(lambda: done(r).get(jid) == 1, 10, what="the long job")
+    assert runs(r) == {jid: 1}
+    assert "stopped renewing" not in d2.output()
+    assert d1.stop() == 0 and d2.stop() == 0
+
+
+def test_two_masters_reaping_the_same_dead_host_requeue_each_job_once(daemon, producer, r):
+    # Given a dead host that held four jobs (its master and workers SIGKILLed together)
+    d1 = daemon(concurrency=4, lease_timeout=2)
+    dead_identity = d1.identity()
+    jids = [jobs.SlowFirst.perform_async(30, i) for i in range(4)]
+    wait_for(lambda: set(runs(r)) == set(jids), 10, what="four jobs running")
+    d1.kill_all()
+    wait_for(lambda: not r.exists(f"queued:lease:{dead_identity}"), 5, what="lease expiry")
+    # When two masters start at the same moment (serving another queue, so the requeued jobs
+    # stay where they can be counted) and both reap
+    others = [daemon(queues=["other"], lease_timeout=2, wait=False) for _ in range(2)]
+    # Then the dead master's jobs are in its queue exactly once each
+    wait_for(lambda: not r.hexists("queued:masters", dead_identity), 10, what="reaping")
+    queued = [json.loads(p)["jid"] for p in r.lrange("queue:default", 0, -1)]
+    assert sorted(queued) == sorted(jids)
+    assert held(r) == 0
+    wait_for(lambda: all(o.identity() for o in others), 10, what="both masters up")
+    reaps = [o.output().count(f"master {dead_identity} stopped renewing") for o in others]
+    assert sorted(reaps) == [0, 1]
+    for o in others:
+        assert o.stop() == 0
+
+
+def test_a_crash_counts_against_the_running_job_not_a_finished_one_of_its_batch(
+        daemon, producer, r):
+    # Given a deep queue of quick jobs (reserved in batches of up to 8) with poison pills
+    # at different places among them
+    quick, pills = [], []
+    for group in range(5):
+        quick += jobs.Record.perform_bulk([[i] for i in range(5 + 3 * group)])
+        pills.append(jobs.Crash.perform_async("kill"))
+    quick += jobs.Record.perform_bulk([[i] for i in range(10)])
+    # When one worker runs them
+    d = daemon(concurrency=1, max_crashes=3)
+    # Then only the pills are charged with crashes, and they alone are dead after three each
+    wait_for(lambda: set(done(r)) == set(quick), 20, what="the quick jobs")
+    wait_for(lambda: r.zcard("dead") == len(pills), 20, what="pills in dead")
+    assert sorted(e["jid"] for e in zjobs(r, "dead")) == sorted(pills)
+    assert all(runs(r)[p] == 3 for p in pills)
+    assert all(runs(r)[j] == 1 for j in quick)
+    assert sorted(r.keys("queued:crashes:*")) == sorted(
+        f"queued:crashes:{p}".encode() for p in pills)
+    assert d.stop() == 0

@@ -1,0 +1,224 @@
+"""Signals to a real master: graceful stop, quiet, thread dumps, and the Web UI's remote signals.
+
+Every outcome is counted by jid in Redis (jobs.RUNS, jobs.DONE) or read from the daemon's
+own records (processes, <identity> hash, /proc/<pid>/cmdline), never inferred from a sleep.
+"""
+import json
+import re
+import signal
+import time
+
+import jobs
+import psutil
+import pytest
+from harness import counts, pid_alive, wait_for
+
+
+def runs(r):
+    return counts(r, jobs.RUNS)
+
+
+def done(r):
+    return counts(r, jobs.DONE)
+
+
+def reserved_keys(r):
+    return r.keys("queued:reserved:*") + r.keys("queued:landing:*")
+
+
+def assert_left_cleanly(r, identity):
+    """What a stopped master leaves (SIDEKIQ_FORMAT.md section 6): not in processes, no
+    :workers hash, no lease, nothing reserved."""
+    assert identity.encode() not in r.smembers("processes")
+    assert not r.exists(f"{identity}:workers")
+    assert not r.exists(f"queued:lease:{identity}")
+    assert not r.hexists("queued:masters", identity)
+    assert reserved_keys(r) == []
+
+
+def test_term_with_jobs_longer_than_the_timeout_requeues_them(daemon, producer, r):
+    # Given a daemon with a 1 s shutdown timeout (-t 1) running two jobs that need 30 s
+    d = daemon("-t", "1")
+    identity = d.identity()
+    jids = [jobs.SlowFirst.perform_async(30, i) for i in range(2)]
+    wait_for(lambda: set(runs(r)) == set(jids), 10, what="both jobs running")
+    # When it gets TERM
+    t0 = time.time()
+    d.signal(signal.SIGTERM)
+    # Then it exits 0 shortly after the deadline, with both jobs back in their queue
+    assert d.wait(10) == 0
+    assert time.time() - t0 < 1 + 3
+    assert r.llen("queue:default") == 2
+    assert sorted(json.loads(p)["jid"] for p in r.lrange("queue:default", 0, -1)) == sorted(jids)
+    assert done(r) == {}
+    assert_left_cleanly(r, identity)
+    assert "put back" in d.output()
+    # And a fresh daemon runs each of them once more, to the end: twice in all, none lost
+    d2 = daemon()
+    wait_for(lambda: done(r) == {j: 1 for j in jids}, 10, what="requeued jobs to finish")
+    assert runs(r) == {j: 2 for j in jids}
+    assert d2.stop() == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_term_with_short_jobs_lets_them_finish(daemon, producer, r, sig):
+    # Given a daemon running two jobs that end well within the shutdown timeout
+    d = daemon(timeout=10)
+    identity = d.identity()
+    jids = [jobs.Sleep.perform_async(0.7, i) for i in range(2)]
+    wait_for(lambda: set(runs(r)) == set(jids), 10, what="both jobs running")
+    # When it gets TERM (or INT, a Ctrl-C)
+    t0 = time.time()
+    d.signal(sig)
+    # Then the jobs finish, it exits 0 without waiting for the deadline, nothing is requeued
+    assert d.wait(10) == 0
+    assert time.time() - t0 < 5
+    assert done(r) == {j: 1 for j in jids}
+    assert runs(r) == {j: 1 for j in jids}
+    assert r.llen("queue:default") == 0
+    assert_left_cleanly(r, identity)
+    assert int(r.get("stat:processed")) == 2
+
+
+def test_second_term_hurries_the_stop_and_loses_nothing(daemon, producer, r):
+    # Given a daemon with a long shutdown timeout, running two long jobs, already stopping
+    d = daemon(timeout=20)
+    identity = d.identity()
+    jids = [jobs.SlowFirst.perform_async(30, i) for i in range(2)]
+    wait_for(lambda: set(runs(r)) == set(jids), 10, what="both jobs running")
+    d.signal(signal.SIGTERM)
+    d.wait_log("shutting down")
+    wait_for(lambda: d.title().endswith("[2 of 2 busy] stopping"), 5, what="stopping title")
+    assert r.hget(identity, "quiet") == b"true"  # a stopping process fetches no more
+    # When a second TERM arrives during the wait
+    t0 = time.time()
+    d.signal(signal.SIGTERM)
+    # Then it stops at once (not after 20 s), exit 0, and both jobs are back in the queue
+    assert d.wait(10) == 0
+    assert time.time() - t0 < 4
+    assert "stopping now" in d.output()
+    assert r.llen("queue:default") == 2
+    assert_left_cleanly(r, identity)
+    d2 = daemon()
+    wait_for(lambda: done(r) == {j: 1 for j in jids}, 10, what="requeued jobs to finish")
+    assert runs(r) == {j: 2 for j in jids}
+    assert d2.stop() == 0
+
+
+def heartbeat_quiet(r, identity):
+    return r.hget(identity, "quiet")
+
+
+@pytest.mark.parametrize("how", ["USR1", "TSTP", "remote TSTP"])
+def test_quiet_finishes_the_running_job_and_fetches_no_more(daemon, producer, r, how):
+    # Given a daemon running one job
+    d = daemon()
+    identity = d.identity()
+    running = jobs.Sleep.perform_async(1.0, "running")
+    wait_for(lambda: running in runs(r), 10, what="job start")
+    # When it is told to be quiet (a signal, or the Web UI's LPUSH <identity>-signals)
+    if how == "remote TSTP":
+        r.lpush(f"{identity}-signals", "TSTP")
+        r.expire(f"{identity}-signals", 60)
+    else:
+        d.signal(getattr(signal, f"SIG{how}"))
+    # Then the heartbeat says quiet and so does the master's process title
+    wait_for(lambda: heartbeat_quiet(r, identity) == b"true", 5, what="quiet heartbeat")
+    wait_for(lambda: "quiet" in d.title(), 5, what="quiet title")
+    # And a job pushed now is not fetched, while the running one completes
+    waiting = jobs.Record.perform_async("waiting")
+    wait_for(lambda: done(r).get(running) == 1, 5, what="running job to finish")
+    wait_for(lambda: d.worker_pids() == [], 5, what="workers to leave")
+    assert waiting not in runs(r)
+    assert r.llen("queue:default") == 1
+    assert json.loads(r.lindex("queue:default", 0))["jid"] == waiting
+    # And the master stays, visible as quiet, until it is stopped: then it exits 0 quickly
+    assert pid_alive(d.pid)
+    assert identity.encode() in r.smembers("processes")
+    assert heartbeat_quiet(r, identity) == b"true"
+    t0 = time.time()
+    if how == "remote TSTP":
+        r.lpush(f"{identity}-signals", "TERM")
+    else:
+        d.signal(signal.SIGTERM)
+    assert d.wait(10) == 0
+    assert time.time() - t0 < 3
+    assert_left_cleanly(r, identity)
+    assert r.llen("queue:default") == 1  # still waiting for the next daemon, not lost
+
+
+def test_remote_term_stops_the_daemon(daemon, producer, r):
+    # Given a running daemon with a job in hand
+    d = daemon(timeout=10)
+    identity = d.identity()
+    jid = jobs.Sleep.perform_async(0.5)
+    wait_for(lambda: jid in runs(r), 10, what="job start")
+    # When the Web UI's "Stop" button writes TERM into <identity>-signals
+    r.lpush(f"{identity}-signals", "TERM")
+    r.expire(f"{identity}-signals", 60)
+    # Then the running job finishes and the daemon exits 0 within a few beats
+    assert d.wait(10) == 0
+    assert done(r) == {jid: 1}
+    assert "remote signal TERM" in d.output()
+    assert_left_cleanly(r, identity)
+
+
+def test_ttin_logs_each_worker_and_its_python_stack(daemon, producer, r):
+    # Given two workers, one of them running a job
+    d = daemon()
+    jid = jobs.Sleep.perform_async(1.5, "dumped")
+    wait_for(lambda: jid in runs(r), 10, what="job start")
+    # When the master gets TTIN
+    d.signal(signal.SIGTTIN)
+    # Then the log names each worker, what the busy one runs, and shows the job's stack
+    out = wait_for(lambda: d.output().count("most recent call first") >= 3 and d.output(), 5,
+                   what="three stacks")
+    assert "TTIN worker 0" in out and "TTIN worker 1" in out
+    busy = [line for line in out.splitlines() if "TTIN worker" in line and "running" in line]
+    assert len(busy) == 1 and "Sleep" in busy[0] and jid in busy[0]
+    assert any("idle" in line for line in out.splitlines() if "TTIN worker" in line)
+    # Each stack comes out whole (one worker after another, not interleaved line by line)
+    stack = [line for line in out.splitlines() if line.strip().startswith('File "')]
+    assert all(re.fullmatch(r'  File "[^"]+", line \d+ in \S+', line) for line in stack), stack
+    assert any("jobs.py" in line and "in perform" in line for line in stack)
+    assert out.count("most recent call first") >= 3  # the master and both workers
+    # And the daemon carries on: the job finishes, the daemon stops cleanly
+    wait_for(lambda: done(r).get(jid) == 1, 10, what="job to finish")
+    assert d.stop() == 0
+
+
+def cpu_seconds(pid, window=1.0):
+    """CPU time a process uses over ``window`` seconds of wall time (a measurement)."""
+    p = psutil.Process(pid)
+    before = sum(p.cpu_times()[:2])
+    time.sleep(window)
+    return sum(p.cpu_times()[:2]) - before
+
+
+def test_a_running_quiet_or_stopping_master_idles(daemon, producer, r):
+    # Given a daemon running one long job
+    d = daemon(timeout=20)
+    identity = d.identity()
+    jid = jobs.SlowFirst.perform_async(30)
+    wait_for(lambda: jid in runs(r), 5, what="job start")
+    # Then the master sleeps between its timers while running, quiet and stopping
+    assert cpu_seconds(d.pid) < 0.3
+    d.signal(signal.SIGTSTP)
+    wait_for(lambda: r.hget(identity, "quiet") == b"true", 5, what="quiet")
+    assert cpu_seconds(d.pid) < 0.3
+    d.signal(signal.SIGTERM)
+    d.wait_log("shutting down")
+    assert cpu_seconds(d.pid) < 0.3
+    d.signal(signal.SIGTERM)
+    assert d.wait(10) == 0
+
+
+def test_hup_is_ignored_with_a_log_line(daemon, producer, r):
+    d = daemon()
+    workers = d.worker_pids()
+    d.signal(signal.SIGHUP)
+    d.wait_log("HUP ignored")
+    jid = jobs.Record.perform_async("after HUP")
+    wait_for(lambda: done(r).get(jid) == 1, 5, what="a job after HUP")
+    assert d.worker_pids() == workers
+    assert d.stop() == 0
