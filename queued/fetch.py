@@ -7,10 +7,11 @@ when the worker dies, the master puts everything the slot holds back (recovery.p
 
 Round trips are the cost of a job, so one call does two things: it acks the jobs the worker
 finished and reserves up to ``batch`` more (reserve.lua). The batch grows while jobs are short
-and the queue is deep (see Worker), so a deep queue costs well under one round trip per job,
-and a single slow job is acked the moment it ends (the next reserve follows at once). The
-price: a worker killed in the few milliseconds between finishing a short job and its batch's
-next call runs that job again. At-least-once allows it; docs/operating.md says so.
+and the queue is deep (see Worker), so a deep queue costs well under one round trip per job.
+Between the jobs of a batch the finished ones are acked without waiting for the reply
+(``send_acks``: one write, the reply is read with the next call), so a finished job never
+stays reserved while a later one runs. A worker killed between finishing a job and that write
+runs the job again; at-least-once allows it and docs/operating.md says so.
 """
 from __future__ import annotations
 
