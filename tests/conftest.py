@@ -120,11 +120,16 @@ def daemon(redis_url, tmp_path, r):
 
 
 @pytest.fixture
-def producer(redis_url):
-    """queued's client pointed at the test Redis (restored afterwards)."""
-    import queued.client as qc
-    old = qc._default if hasattr(qc, "_default") else None
-    client = qc.configure(url=redis_url)
+def default_client(redis_url, monkeypatch):
+    """queued's default client (what producers and job code use) on the test Redis; the
+    previous default comes back afterwards."""
+    import queued.client as client_mod
+    monkeypatch.setattr(client_mod, "_default", None)
+    client = client_mod.configure(url=redis_url)
     yield client
-    if hasattr(qc, "_default"):
-        qc._default = old
+    client.redis.close()
+
+
+@pytest.fixture
+def producer(default_client):
+    return default_client

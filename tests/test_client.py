@@ -34,14 +34,6 @@ class CliCritical(Job):
 
 
 @pytest.fixture
-def default_client(redis_url, monkeypatch):
-    monkeypatch.setattr(client_mod, "_default", None)
-    c = client_mod.configure(url=redis_url)
-    yield c
-    c.redis.close()
-
-
-@pytest.fixture
 def pinned(monkeypatch):
     """Pin the clock to NOW and hand out jids from a known sequence."""
     jids = iter([JID] + [f"{i:024x}" for i in range(1, 10_000)])

@@ -187,14 +187,6 @@ def pin_python(monkeypatch, now: float, jids: list[str]) -> None:
     monkeypatch.setattr(client_mod, "new_jid", lambda: next(it))
 
 
-@pytest.fixture
-def default_client(redis_url, monkeypatch):
-    monkeypatch.setattr(client_mod, "_default", None)
-    c = client_mod.configure(url=redis_url)
-    yield c
-    c.redis.close()
-
-
 def test_same_bytes_as_sidekiq_client(ruby, redis_url, r, default_client, monkeypatch):
     now = time.time()
     jids = [os.urandom(12).hex() for _ in range(200)]

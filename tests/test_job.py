@@ -24,14 +24,6 @@ def clean_registry():
         registry.unregister(name)
 
 
-@pytest.fixture
-def default_client(redis_url, monkeypatch):
-    monkeypatch.setattr(client_mod, "_default", None)
-    c = client_mod.configure(url=redis_url)
-    yield c
-    c.redis.close()
-
-
 def only(r, key):
     items = r.lrange(key, 0, -1)
     assert len(items) == 1, items
