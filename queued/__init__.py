@@ -19,4 +19,5 @@ from .job import Job, job, registry  # noqa: E402
 from .middleware import client_middleware, server_middleware  # noqa: E402
 
 __all__ = ["Job", "job", "registry", "Client", "configure", "default_client", "get_redis",
-           "client_middleware", "server_middleware", "on", "error_handlers", "JobTimeout", "QueuedError", "__version__"]
+           "client_middleware", "server_middleware", "on", "error_handlers", "JobTimeout",
+           "QueuedError", "__version__"]

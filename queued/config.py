@@ -124,7 +124,7 @@ def _redis_url(value: Any) -> str:
         raise _expected(what, value)
     try:
         parts = urlsplit(value)
-        parts.port  # raises ValueError on a malformed port
+        _ = parts.port  # raises ValueError on a malformed port
     except ValueError:
         raise _expected(what, value) from None
     if parts.scheme not in REDIS_SCHEMES or (parts.scheme == "unix" and not parts.path):
@@ -313,7 +313,8 @@ def _read_yaml(path: str) -> Any:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
-        raise _error(f"{path}: cannot read config file: {getattr(exc, 'strerror', None) or exc}")
+        raise _error(f"{path}: cannot read config file: "
+                     f"{getattr(exc, 'strerror', None) or exc}") from None
     if "<%" in text:
         line = text[:text.index("<%")].count("\n") + 1
         raise _error(f"{path}: line {line}: ERB (<% ... %>) is not supported; use a plain value")

@@ -78,8 +78,9 @@ class Fetcher:
         # any queue wakes someone at once; the others are found by the next reserve.
         self.block_queue = self.queues[slot % len(self.queues)]
         self.rng = random.Random()
-        self.redis = connection.make_redis(url, socket_timeout=block_seconds + connection.SOCKET_TIMEOUT,
-                                           name=f"queued-worker-{slot}")
+        self.redis = connection.make_redis(
+            url, socket_timeout=block_seconds + connection.SOCKET_TIMEOUT,
+            name=f"queued-worker-{slot}")
         self._conn = None
         self._acks: list[bytes] = []  # finished jobs whose ZREM goes out with the next call
         self._unread: list[list[bytes]] = []  # acks sent ahead (send_acks), replies unread

@@ -68,7 +68,8 @@ class Heartbeat:
     def _stats(self, pipe, views: Sequence[SlotView], now: float) -> tuple[int, int]:
         total = self._counts(views)
         day = Keys.utc_day(now)
-        for name, n in (("processed", total[0] - self.sent[0]), ("failed", total[1] - self.sent[1])):
+        deltas = (("processed", total[0] - self.sent[0]), ("failed", total[1] - self.sent[1]))
+        for name, n in deltas:
             pipe.incrby(self.keys.stat(name), n)
             pipe.incrby(self.keys.stat(name, day), n)
             pipe.expire(self.keys.stat(name, day), STAT_TTL)

@@ -21,14 +21,12 @@ import time
 
 import redis
 
-from . import payload as codec
-from . import events, recovery, retry, titles
+from . import events, recovery, titles
 from .connection import make_redis
-from .errors import WORKER_BOOT_ERROR, JobTimeout, PayloadError, WorkerKilled
+from .errors import WORKER_BOOT_ERROR
 from .heartbeat import Heartbeat, new_identity
 from .keys import Keys
 from .scheduler import Scheduler
-from .job import registry
 from .slots import SlotTable, SlotWriter
 from .worker import Worker
 
@@ -69,7 +67,8 @@ class Master:
         self.table = SlotTable(config.concurrency)
         self.workers: dict[int, WorkerRecord] = {}       # pid -> record
         self.free: set[int] = set(range(config.concurrency))
-        self.unrecovered: dict[int, tuple[int, str]] = {}  # slot -> (status, reason)
+        # slot -> (exit status, reason, running jid, its timeout): exited, jobs not yet put back
+        self.unrecovered: dict[int, tuple[int, str, str, float]] = {}
         self.boot_failures = [0] * config.concurrency
         self.next_spawn = [0.0] * config.concurrency
         self.state = RUNNING
@@ -248,7 +247,7 @@ class Master:
         except (redis.RedisError, OSError):
             pass
 
-    # --- workers ------------------------------------------------------------------------------------
+    # --- workers -----------------------------------------------------------------------------
     def _signal_workers(self, sig: int) -> None:
         for pid in list(self.workers):
             self._kill(pid, sig)
@@ -313,78 +312,39 @@ class Master:
             delay = min(SPAWN_BACKOFF * 2 ** self.boot_failures[rec.slot], SPAWN_BACKOFF_MAX)
             self.next_spawn[rec.slot] = time.monotonic() + delay
             log.error("worker %d (pid %d) died %.2fs after boot (%s); respawning in %.1fs",
-                      rec.slot, rec.pid, lived, describe_status(code), delay)
+                      rec.slot, rec.pid, lived, recovery.describe_status(code), delay)
         else:
             self.boot_failures[rec.slot] = 0
         reason = rec.kill_reason or ("exit" if code == 0 else "crash")
-        self.unrecovered[rec.slot] = (code, reason)
-        self._recover(rec.slot, code, reason, rec)
+        # The job it ran is the one the slot table names (or the one the master killed for
+        # its timeout), not simply the earliest reservation: a batch's finished jobs stay
+        # reserved until their ack goes out. A worker that died between jobs ran none.
+        seconds, running = rec.timeout_info or (0.0, v.jid if v.busy else "")
+        self.unrecovered[rec.slot] = (code, reason, running, seconds)
+        self._recover(rec.slot, code, reason, running, seconds)
 
     def _recover_pending(self) -> None:
-        for slot, (code, reason) in list(self.unrecovered.items()):
-            self._recover(slot, code, reason, None)
+        for slot, (code, reason, running, seconds) in list(self.unrecovered.items()):
+            self._recover(slot, code, reason, running, seconds)
 
-    def _recover(self, slot: int, code: int, reason: str, rec: WorkerRecord | None) -> None:
-        """Put back what the slot held; the job it ran takes the failure path if it was killed
-        for its timeout or keeps killing workers."""
-        # The job it ran is the one the slot table names (the jid the master decided to kill
-        # for a timeout): not simply the earliest reservation, since finished jobs of a batch
-        # stay reserved until their ack rides on the next reserve call. A worker that died
-        # between jobs ran none, and no job is charged with its crash.
-        if rec is not None and rec.timeout_info:
-            running = rec.timeout_info[1]
-        else:
-            view = self.table.read(slot, writer_alive=False)
-            running = view.jid if view.busy else ""
+    def _recover(self, slot: int, code: int, reason: str, running: str, seconds: float) -> None:
+        """Settle an exited worker's slot (recovery.settle); retried every loop while Redis
+        is away, and the slot is not reused until it succeeds."""
         try:
-            current = (recovery.current_job(self.r, self.keys, self.identity, slot,
-                                            self.config.queue_names, jid=running)
-                       if running and reason in ("timeout", "crash") else None)
-            if current is not None:
-                self._fail_current(slot, current, code, reason, rec)
-            moved = recovery.requeue_slot(self.r, self.keys, self.identity, slot,
-                                          self.config.queue_names)
+            moved, failed = recovery.settle(
+                self.r, self.keys, self.identity, self.config, slot, code=code, reason=reason,
+                running_jid=running, timeout=seconds)
         except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
             self._redis_error("recover a worker's jobs", e)
             return
+        if failed:
+            self._count_failure(slot)
         self.unrecovered.pop(slot, None)
         if reason != "exit" or moved:
             log.log(logging.INFO if reason in ("exit", "shutdown") else logging.WARNING,
-                    "worker %d %s (%s); %d job(s) put back at the head of their queues",
-                    slot, reason if reason != "crash" else "died", describe_status(code), moved)
-
-    def _fail_current(self, slot, current, code, reason, rec) -> None:
-        try:
-            msg = codec.loads(current.payload)
-            codec.validate(msg)
-        except PayloadError:
-            return  # an unusable payload killed the worker? requeue; the next worker rejects it
-        if reason == "timeout":
-            seconds, _ = rec.timeout_info if rec and rec.timeout_info else (0.0, "")
-            exc: BaseException = JobTimeout(
-                f"{msg['class']} ran past its {seconds:g}s timeout and ignored SIGALRM; its "
-                f"worker was killed after {self.config.timeout_grace:g}s more")
-        else:
-            crashes = recovery.count_crash(self.r, self.keys, msg["jid"])
-            log.warning("class=%s jid=%s killed its worker (%s), crash %d of %d", msg["class"],
-                        msg["jid"], describe_status(code), crashes, self.config.max_crashes)
-            if crashes < self.config.max_crashes:
-                return  # requeued with the rest
-            exc = WorkerKilled(f"{msg['class']} killed its worker {crashes} times "
-                               f"(last: {describe_status(code)}); sent to dead as a poison pill")
-        cls = registry.lookup(msg["class"])
-        if reason == "timeout":
-            outcome = retry.decide(msg, exc, current.queue, job_class=cls,
-                                   max_retries=self.config.max_retries, backtrace_lines=[])
-        else:
-            outcome = retry.kill(msg, exc, current.queue, job_class=cls)
-        # Counted like any failed job (the worker never got to count it).
-        recovery.fail_reservation(self.r, self.keys, self.identity, slot, current, outcome.kind,
-                                  outcome.score, outcome.payload,
-                                  self.config.dead_timeout_in_seconds, self.config.dead_max_jobs)
-        self._count_failure(slot)
-        log.error("class=%s jid=%s %s -> %s", msg["class"], msg["jid"], exc, outcome.kind)
-        events.report(exc, {"job": msg, "queue": current.queue, "outcome": outcome.kind})
+                    "worker %d %s (%s); %d job(s) put back at the head of their queues", slot,
+                    reason if reason != "crash" else "died", recovery.describe_status(code),
+                    moved)
 
     def _count_failure(self, slot: int) -> None:
         """The dead worker never counted this job; count it for the stats (the slot is free)."""
@@ -401,7 +361,8 @@ class Master:
             v = self.table.read(rec.slot)
             if hard_stop:
                 rec.kill_reason = "shutdown"
-            elif v.busy and v.timeout and now_wall - v.started_at > v.timeout + self.config.timeout_grace:
+            elif v.busy and v.timeout and \
+                    now_wall - v.started_at > v.timeout + self.config.timeout_grace:
                 rec.kill_reason, rec.timeout_info = "timeout", (v.timeout, v.jid)
                 log.error("worker %d pid=%d: %s jid=%s ran %.1fs, past its %gs timeout + %gs "
                           "grace; killing it", rec.slot, rec.pid, v.job_class, v.jid,
@@ -414,7 +375,7 @@ class Master:
                 continue
             self._kill(rec.pid, signal.SIGKILL)
 
-    # --- timers -------------------------------------------------------------------------------------
+    # --- timers ------------------------------------------------------------------------------
     def _timers(self) -> None:
         now = time.monotonic()
         if self.dumps and now >= self.next_dump:
@@ -464,13 +425,3 @@ class Master:
             self.redis_down_since = time.monotonic()
             log.error("Redis unreachable (%s: %s); retrying with backoff", what, err)
 
-
-def describe_status(code: int) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
-        return f"killed by {name}{hint}"
-    return f"exit code {code}"

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from typing import Sequence
 
 import redis
 
+from . import events, retry
+from . import payload as codec
 from .connection import FAIL, REQUEUE
+from .errors import JobTimeout, PayloadError, WorkerKilled
 from .fetch import Reservation, split_member
+from .job import registry
 from .keys import Keys
 from .slots import stored_jid
 
@@ -138,3 +143,62 @@ def reap_expired(r: redis.Redis, keys: Keys) -> list[tuple[str, int]]:
         if moved >= 0:
             reaped.append((identity, moved))
     return reaped
+
+
+def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code: int,
+           reason: str, running_jid: str, timeout: float = 0.0) -> tuple[int, bool]:
+    """After a worker exited: the job it was running takes the failure path if the master
+    killed it for its timeout, or if it has now killed ``max_crashes`` workers (a poison pill);
+    everything else the slot holds goes back to the head of its queue.
+    Returns (jobs put back, whether a failure was recorded)."""
+    failed = False
+    if running_jid and reason in ("timeout", "crash"):
+        current = current_job(r, keys, identity, slot, config.queue_names, jid=running_jid)
+        if current is not None:
+            failed = _fail_running(r, keys, identity, config, slot, current, code, reason,
+                                   timeout)
+    return requeue_slot(r, keys, identity, slot, config.queue_names), failed
+
+
+def _fail_running(r, keys, identity, config, slot, current: Reservation, code: int,
+                  reason: str, timeout: float) -> bool:
+    try:
+        msg = codec.loads(current.payload)
+        codec.validate(msg)
+    except PayloadError:
+        return False  # requeued with the rest; the next worker rejects it to dead
+    if reason == "timeout":
+        exc: BaseException = JobTimeout(
+            f"{msg['class']} ran past its {timeout:g}s timeout and ignored SIGALRM; its "
+            f"worker was killed after {config.timeout_grace:g}s more")
+    else:
+        crashes = count_crash(r, keys, msg["jid"])
+        log.warning("class=%s jid=%s killed its worker (%s), crash %d of %d", msg["class"],
+                    msg["jid"], describe_status(code), crashes, config.max_crashes)
+        if crashes < config.max_crashes:
+            return False  # requeued with the rest
+        exc = WorkerKilled(f"{msg['class']} killed its worker {crashes} times "
+                           f"(last: {describe_status(code)}); sent to dead as a poison pill")
+    cls = registry.lookup(msg["class"])
+    if reason == "timeout":
+        outcome = retry.decide(msg, exc, current.queue, job_class=cls,
+                               max_retries=config.max_retries, backtrace_lines=[])
+    else:
+        outcome = retry.kill(msg, exc, current.queue, job_class=cls)
+    fail_reservation(r, keys, identity, slot, current, outcome.kind, outcome.score,
+                     outcome.payload, config.dead_timeout_in_seconds, config.dead_max_jobs)
+    log.error("class=%s jid=%s %s -> %s", msg["class"], msg["jid"], exc, outcome.kind)
+    events.report(exc, {"job": msg, "queue": current.queue, "outcome": outcome.kind})
+    return True
+
+
+def describe_status(code: int) -> str:
+    """A worker's exit as a person would say it (``killed by SIGKILL (out of memory?)``)."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exit code {code}"
