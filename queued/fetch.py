@@ -8,10 +8,11 @@ when the worker dies, the master puts everything the slot holds back (recovery.p
 Round trips are the cost of a job, so one call does two things: it acks the jobs the worker
 finished and reserves up to ``batch`` more (reserve.lua). The batch grows while jobs are short
 and the queue is deep (see Worker), so a deep queue costs well under one round trip per job.
-Between the jobs of a batch the finished ones are acked without waiting for the reply
-(``send_acks``: one write, the reply is read with the next call), so a finished job never
-stays reserved while a later one runs. A worker killed between finishing a job and that write
-runs the job again; at-least-once allows it and docs/operating.md says so.
+Before a job that may run long (its class is new or recently took 2 ms or more), the batch's
+finished jobs are acked without waiting for the reply (``send_acks``: one write, the reply is
+read with the next call), so they never stay reserved while a long job runs; before a job
+known to be short they ride with the next reserve call. A worker killed before a finished
+job's ack went out runs that job again; at-least-once allows it and docs/operating.md says so.
 """
 from __future__ import annotations
 

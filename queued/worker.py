@@ -36,6 +36,9 @@ log = logging.getLogger("queued.worker")
 #: A batch grows (doubles, up to ``prefetch``) only while jobs average under this many seconds,
 #: so a prefetched job never waits long behind a slow one.
 FAST_JOB = 0.005
+#: A job class whose recent runs took this long (or is new) counts as possibly slow: the acks of
+#: the jobs finished before it are written before it starts (see _release_finished).
+SLOW_JOB = 0.002
 #: Redis outage backoff: first wait, cap (seconds).
 BACKOFF_START, BACKOFF_MAX = 0.1, 5.0
 
@@ -60,6 +63,7 @@ class Worker:
         self.blocking = False
         self.batch = 1
         self._class_timeouts: dict[type, float | None] = {}
+        self._durations: dict[str, float] = {}  # job class -> recent run time (seconds)
 
     # --- process setup -----------------------------------------------------------------------
     def run(self) -> None:
@@ -157,8 +161,6 @@ class Worker:
         for res in jobs:
             if self.stopping:
                 break  # told to stop: start nothing new; the master puts the rest back at the head
-            if done:
-                self.fetcher.send_acks()  # release the batch's finished jobs (no round trip)
             self.process(res)
             done += 1
         self._adapt(len(jobs), done, time.monotonic() - started)
@@ -187,6 +189,7 @@ class Worker:
             self._reject(res, e)
             return
         cls = registry.lookup(msg["class"])
+        self._release_finished(msg["class"])
         timeout = self._timeout(msg, cls)
         self.writer.begin(msg["jid"], res.queue, codec.job_class_name(msg), timeout)
         self.title.busy(codec.job_class_name(msg))
@@ -203,6 +206,7 @@ class Worker:
         except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
             error = e
         elapsed = time.monotonic() - start
+        self._learn(msg["class"], elapsed)
         if error is None:
             self.fetcher.ack(res)
             self._hook(job, "after_succeeded")
@@ -212,6 +216,20 @@ class Worker:
             self._failed(res, msg, cls, error, elapsed)
             self._hook(job, "after_failed", error)
         self.writer.end(error is not None)
+
+    def _release_finished(self, job_class: str) -> None:
+        """Before a job that may run long, write the acks of the batch's finished jobs (one
+        send, no wait), so they are not held reserved (and run again if this worker dies)
+        while it runs. Before a job known to be short they ride with the batch's next
+        reserve call instead: one write less per job is most of a short job's overhead."""
+        if self._durations.get(job_class, SLOW_JOB) >= SLOW_JOB:
+            self.fetcher.send_acks()
+
+    def _learn(self, job_class: str, elapsed: float) -> None:
+        """How long jobs of a class take: jumps up at once, decays slowly."""
+        known = self._durations.get(job_class)
+        self._durations[job_class] = (elapsed if known is None or elapsed > known
+                                      else 0.9 * known + 0.1 * elapsed)
 
     def _timeout(self, msg: dict, cls) -> float | None:
         value = msg.get("timeout")
