@@ -228,7 +228,10 @@ class Config:
     timeout_grace: float = _s(5.0, _seconds(0),
                               "Seconds past a job's timeout before the master kills its worker.")
     lease_timeout: float = _s(30.0, _seconds(2), "Seconds a reservation lives without renewal.")
-    prefetch: int = _s(8, _integer(1), "Jobs the reaper and scheduler move per round trip.")
+    prefetch: int = _s(8, _integer(1),
+                       "Most jobs a worker reserves in one round trip while jobs are short.")
+    max_payload_bytes: int = _s(64 * 2**20, _integer(1),
+                                "Largest job payload a worker runs; larger ones go to dead.")
     max_retries: int = _s(25, _integer(0), "Retries for a job that does not set its own.")
     dead_max_jobs: int = _s(10000, _integer(0), "Most jobs kept in the dead set.")
     dead_timeout_in_seconds: int = _s(15552000, _integer(0),
@@ -244,7 +247,7 @@ class Config:
                                    "Seconds between process heartbeats.")
     fetch_timeout: float = _s(2.0, _seconds(0, above=True),
                               "Seconds an idle worker blocks in Redis before looking around.")
-    job_logging: bool = _s(True, _boolean, "Log the start and end of every job.")
+    job_logging: bool = _s(True, _boolean, "Log one line at the end of every job.")
     pidfile: str | None = _s(None, _path, "Write the master's pid here (Sidekiq 5 key).")
     logfile: str | None = _s(None, _path, "Log here instead of stderr (Sidekiq 5 key).")
 

@@ -23,7 +23,7 @@ import redis
 
 from . import log as logsetup
 from . import payload as codec
-from . import events, retry, titles
+from . import activejob, events, retry, titles
 from .errors import JobTimeout, PayloadError, UnknownJobClass
 from .fetch import Fetcher, Reservation
 from .job import registry
@@ -183,12 +183,18 @@ class Worker:
     # --- one job -------------------------------------------------------------------------------
     def process(self, res: Reservation) -> None:
         try:
+            if len(res.payload) > self.config.max_payload_bytes:
+                raise PayloadError(f"payload is {len(res.payload):,} bytes, over the "
+                                   f"max_payload_bytes limit of {self.config.max_payload_bytes:,}")
             msg = codec.loads(res.payload)
             codec.validate(msg)
         except PayloadError as e:
             self._reject(res, e)
             return
-        cls = registry.lookup(msg["class"])
+        name, args = msg["class"], msg["args"]
+        if activejob.is_wrapped(msg):
+            name, args = activejob.job_name(msg), activejob.arguments(msg)
+        cls = registry.lookup(name)
         self._release_finished(msg["class"])
         timeout = self._timeout(msg, cls)
         self.writer.begin(msg["jid"], res.queue, codec.job_class_name(msg), timeout)
@@ -197,12 +203,12 @@ class Worker:
         job, error = None, None
         try:
             if cls is None:
-                raise UnknownJobClass(f"uninitialized constant {msg['class']}: no job class "
-                                      f"named {msg['class']!r} is registered in this process")
+                raise UnknownJobClass(f"uninitialized constant {name}: no job class "
+                                      f"named {name!r} is registered in this process")
             job = cls()
             job.jid, job.queue, job.msg = msg["jid"], res.queue, msg
             with job_timeout(timeout, f"{msg['class']} (jid {msg['jid']})"):
-                server_middleware.invoke(job, msg, res.queue, lambda: job.perform(*msg["args"]))
+                server_middleware.invoke(job, msg, res.queue, lambda: job.perform(*args))
         except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
             error = e
         elapsed = time.monotonic() - start
