@@ -85,6 +85,13 @@ class Fetcher:
         self._conn = None
         self._acks: list[bytes] = []  # finished jobs whose ZREM goes out with the next call
         self._unread: list[list[bytes]] = []  # acks sent ahead (send_acks), replies unread
+        # After a broken connection the pending acks may already have been applied (the call
+        # ran, its reply was lost), so the next ack finding nothing is no cause for a warning.
+        self._acks_uncertain = False
+        #: Queues whose key the last reserve found not to be a list (reserve.lua skips them).
+        self.bad_queues: list[str] = []
+        #: Whether the last reserve tried every queue (it found no job: the check is complete).
+        self.checked_all = False
 
     # --- the dedicated connection ---------------------------------------------------------
     def _connection(self):
@@ -99,30 +106,46 @@ class Fetcher:
         commands = [args]
         if self._acks and with_acks:
             commands.insert(0, ("ZREM", self.reserved_key, *self._acks))
+            self._unread.append(self._acks)  # its reply is read like send_acks' replies
+            self._acks = []
         try:
             conn.send_packed_command(conn.pack_commands(commands))
             self._read_unread(conn)
-            if len(commands) == 2:
-                self._acked(len(self._acks), conn.read_response())
             return conn.read_response()
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             self.reset_connection()
             raise
 
     def _acked(self, sent: int, found: int) -> None:
-        if found < sent:
+        if found < sent and not self._acks_uncertain:
             log.warning("%d finished job(s) had lost their reservation (recovered after a lease "
                         "expiry); they may run again", sent - found)
-        self._acks = []
+        self._acks_uncertain = False
 
     def _read_unread(self, conn) -> None:
+        """Read the replies of the acks sent ahead, every one of them, so the connection
+        stays in step. An ack Redis refused (NOREPLICAS, MISCONF, READONLY) goes back to the
+        pending acks. Before, the refusal was raised with the later replies left unread, and
+        the next call read a reply meant for another command (found by tests/faults)."""
         while self._unread:
             members = self._unread[0]
-            found = conn.read_response()
+            try:
+                found = conn.read_response()
+            except redis.ResponseError:
+                self._unread.pop(0)
+                self._acks.extend(members)
+                continue
+            # (on a connection error they stay in _unread: reset_connection keeps them)
             self._unread.pop(0)
-            if found < len(members):
-                log.warning("%d finished job(s) had lost their reservation (recovered after a "
-                            "lease expiry); they may run again", len(members) - found)
+            self._acked(len(members), found)
+
+    def _read_acks(self) -> None:
+        """Read the replies of the acks sent ahead (they came long ago, as a rule)."""
+        try:
+            self._read_unread(self._connection())
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            self.reset_connection()
+            raise
 
     def send_acks(self) -> None:
         """Send the pending acks now without waiting for the reply (it is read with the next
@@ -144,6 +167,7 @@ class Fetcher:
         stay pending and go out with the next call (ZREM is idempotent)."""
         self._acks = [m for members in self._unread for m in members] + self._acks
         self._unread = []
+        self._acks_uncertain = bool(self._acks)
         if self._conn is not None:
             try:
                 self._conn.disconnect()
@@ -158,15 +182,34 @@ class Fetcher:
 
     # --- operations -------------------------------------------------------------------------
     def reserve(self, n: int, landing_queue: str | None = None) -> list[Reservation]:
-        """Take up to n jobs (and whatever a blocking fetch landed) without blocking."""
+        """Take up to n jobs (and whatever a blocking fetch landed) without blocking.
+
+        The caller must hold nothing of this slot but the finished jobs it acks: whatever
+        else the slot holds is returned first (adopted: reserve.lua says why). Queues whose
+        key is not a list are skipped and named in ``bad_queues``."""
         landing_queue = landing_queue or self.block_queue
         keys = [self.reserved_key, self.landings[landing_queue], *self.queue_keys]
-        acks = self._acks
+        if self._unread:
+            # First, so an ack sent ahead that Redis refused rides in this call: the script
+            # would otherwise take its job for a lost one and hand it over again.
+            self._read_acks()
+        acks, self._acks = self._acks, []
         args = [n, len(self.queues), landing_queue, len(acks), *acks, *self.queues,
                 *fetch_orders(self.queues, self.weighted, self.strict, n, self.rng)]
-        reply = self._script(RESERVE, keys, args, with_acks=False)
+        try:
+            reply = self._script(RESERVE, keys, args, with_acks=False)
+        except BaseException:
+            self._acks = acks + self._acks  # not written (or not known to be): send again
+            self._acks_uncertain = self._acks_uncertain or bool(acks)
+            raise
         self._acked(len(acks), reply[0])
-        return [Reservation(m, *split_member(m)) for m in reply[1:]]
+        self.bad_queues = [q.decode("utf-8", "replace") for q in reply[1]]
+        members = reply[3:]
+        self.checked_all = len(members) < n
+        if reply[2]:
+            log.warning("%d job(s) reserved by a call whose reply was lost (the connection "
+                        "broke) are run now", reply[2])
+        return [Reservation(m, *split_member(m)) for m in members]
 
     def block(self) -> bool:
         """Wait for a job on this slot's queue; True when one landed. BLMOVE keeps it in Redis
@@ -187,9 +230,9 @@ class Fetcher:
             try:
                 if self._acks:
                     conn.send_command("ZREM", self.reserved_key, *self._acks)
+                    self._unread.append(self._acks)
+                    self._acks = []
                 self._read_unread(conn)
-                if self._acks:
-                    self._acked(len(self._acks), conn.read_response())
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 self.reset_connection()
                 raise

@@ -27,7 +27,7 @@ from .errors import WORKER_BOOT_ERROR
 from .heartbeat import Heartbeat, new_identity
 from .keys import Keys
 from .scheduler import Scheduler
-from .slots import SlotTable, SlotWriter
+from .slots import Notes, SlotTable, SlotWriter
 from .worker import Worker
 
 log = logging.getLogger("queued.master")
@@ -65,6 +65,7 @@ class Master:
         self.identity = new_identity()
         self.started_at = time.time()
         self.table = SlotTable(config.concurrency)
+        self.notes = Notes(len(config.queue_names))  # so workers log a broken queue once
         self.workers: dict[int, WorkerRecord] = {}       # pid -> record
         self.free: set[int] = set(range(config.concurrency))
         # slot -> (exit status, reason, running jid, its timeout): exited, jobs not yet put back
@@ -268,7 +269,8 @@ class Master:
                 self._fork(slot)
 
     def _fork(self, slot: int) -> None:
-        worker = Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid())
+        worker = Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid(),
+                        self.notes)
         self.table.reset(slot)
         old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
         try:
@@ -334,7 +336,7 @@ class Master:
             moved, failed = recovery.settle(
                 self.r, self.keys, self.identity, self.config, slot, code=code, reason=reason,
                 running_jid=running, timeout=seconds)
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+        except (redis.RedisError, OSError) as e:  # see _redis_error
             self._redis_error("recover a worker's jobs", e)
             return
         if failed:
@@ -386,7 +388,7 @@ class Master:
         if self.state == RUNNING:
             try:
                 self.scheduler.tick(now)
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+            except (redis.RedisError, OSError) as e:  # see _redis_error
                 self._redis_error("poll the schedule", e)
                 self.scheduler.next_poll = now + 1.0
         if now >= self.next_beat:
@@ -403,7 +405,7 @@ class Master:
             if self.state == RUNNING:
                 self.scheduler.elect()
             self._reap_expired()
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+        except (redis.RedisError, OSError) as e:  # see _redis_error
             self._redis_error("heartbeat", e)
             return
         if self.redis_down_since is not None:
@@ -421,7 +423,13 @@ class Master:
                         "their queues", identity, moved)
 
     def _redis_error(self, what: str, err: Exception) -> None:
+        """Redis unreachable, or refusing commands (NOREPLICAS, MISCONF when its disk is
+        full, READONLY after a failover, OOM): the master's Redis steps retry, logged once.
+        A refusal used to escape the loop and end the master (tests/faults)."""
         if self.redis_down_since is None:
             self.redis_down_since = time.monotonic()
-            log.error("Redis unreachable (%s: %s); retrying with backoff", what, err)
+            what_happened = ("Redis unreachable" if isinstance(
+                err, (redis.ConnectionError, redis.TimeoutError, OSError))
+                else "Redis refused a command")
+            log.error("%s (%s: %s); retrying with backoff", what_happened, what, err)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Any
 
@@ -18,6 +19,20 @@ _MS_THRESHOLD = 10**11
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _ascii_encoder = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+# Ruby's Float#to_s (what JSON.generate writes) and Python's repr pick the same shortest
+# digits but print two cases differently: Ruby always writes a fraction in the mantissa
+# ("1.0e+20", Python "1e+20"), and Ruby uses the exponent form for integer-valued floats from
+# 1e15 (Python from 1e16: "1000000000000000.0", Ruby "1.0e+15"; 1234567890123456.5 is fixed
+# in both). Both forms are valid JSON that parse to the same float; dumps() rewrites Python's
+# so a re-encoded payload is byte-compatible with Sidekiq's (tests/interop compare with Ruby).
+# The C encoder has no float hook, so the text is patched after encoding, in three steps from
+# cheap to thorough: substring checks rule out almost every payload (a regex search would cost
+# more than the encoding), a walk over the values (cheap however long the strings are) finds
+# whether a float to rewrite is really there, and only then a tokenizer skips the strings
+# (which may hold the same characters) and rewrites the number tokens after "[", "," or ":".
+_RUBY_FLOAT_TOKENS = re.compile(
+    r'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![^\[,:])(-?\d+e[+-]\d+|-?\d{16}\.0(?![\d.e]))')
 
 
 def new_jid() -> str:
@@ -45,6 +60,19 @@ def _not_json(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite(text: str) -> float:
+    # Python reads 1e400 as inf, which dumps() cannot write back: a job holding one crashed
+    # its worker on the failure path, then crashed the master as a poison pill (found by
+    # tests/faults). Ruby's JSON.generate refuses Infinity too.
+    value = float(text)
+    if value in (_INF, -_INF):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+_INF = float("inf")
+
+
 def loads(raw: str | bytes) -> dict:
     """Parse a queue element into a job dict, or raise PayloadError saying why not."""
     if isinstance(raw, bytes):
@@ -54,7 +82,7 @@ def loads(raw: str | bytes) -> dict:
             raise PayloadError(
                 f"payload is not valid UTF-8 ({e.reason} at byte {e.start})") from None
     try:
-        msg = json.loads(raw, parse_constant=_not_json)
+        msg = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
     except ValueError as e:
         raise PayloadError(f"payload is not valid JSON: {e}") from None
     if not isinstance(msg, dict):
@@ -84,8 +112,44 @@ def dumps(msg: Any) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return _ascii_encoder.encode(msg)
+        text = _ascii_encoder.encode(msg)
+    if ("e+" in text or "e-" in text or ".0," in text or ".0]" in text or ".0}" in text) and (
+            _has_float_to_rewrite(msg)):
+        text = _RUBY_FLOAT_TOKENS.sub(_ruby_float_token, text)
     return text
+
+
+def _has_float_to_rewrite(value: Any) -> bool:
+    """Whether Ruby would write a float in ``value`` differently (see _RUBY_FLOAT_TOKENS)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float):
+            a = abs(v)
+            if a >= 1e15 or 0 < a < 1e-4:
+                text = repr(a)
+                if ("e" in text and "." not in text) or (a < 1e16 and v.is_integer()):
+                    return True
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return False
+
+
+def _ruby_float_token(m: re.Match) -> str:
+    """A float token as Ruby's Float#to_s writes it (see _RUBY_FLOAT_TOKENS); a string as it is."""
+    number = m.group(1)
+    if number is None:
+        return m.group(0)
+    sign = "-" if number.startswith("-") else ""
+    number = number.lstrip("-")
+    if "e" in number:  # Python: 1e+20 -> Ruby: 1.0e+20
+        mantissa, exponent = number.split("e")
+        return f"{sign}{mantissa}.0e{exponent}"
+    # integer-valued, 1e15 <= |x| < 1e16: Python 1234567890123456.0 -> Ruby 1.234567890123456e+15
+    digits = number[:-2].rstrip("0")
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}e+15"
 
 
 def job_class_name(msg: dict) -> str:

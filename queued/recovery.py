@@ -63,10 +63,16 @@ def _slot_keys(keys: Keys, identity: str, slot: int, queues: Sequence[str]) -> l
 
 def _requeue(r: redis.Redis, keys: Keys, owner: str, identity: str, slots: Sequence[int],
              queues: Sequence[str]) -> int:
-    ks = [keys.masters, keys.lease(identity), *(keys.queue(q) for q in queues)]
+    """Returns the number of jobs put back (-1: the guard said no). A job whose queue key is
+    not a list goes to dead instead (requeue.lua); that is logged here."""
+    ks = [keys.masters, keys.lease(identity), keys.dead, *(keys.queue(q) for q in queues)]
     for slot in slots:
         ks.extend(_slot_keys(keys, identity, slot, queues))
-    return int(REQUEUE(r, ks, [owner, len(queues), *queues]))
+    moved, dead = (int(x) for x in REQUEUE(r, ks, [owner, len(queues), *queues]))
+    if dead:
+        log.error("%d job(s) of %s could not be put back: their queue key holds another Redis "
+                  "type, not a list (WRONGTYPE); sent to dead as they were", dead, identity)
+    return moved
 
 
 def requeue_slot(r: redis.Redis, keys: Keys, identity: str, slot: int,

@@ -86,7 +86,7 @@ class Scheduler:
                 return None if nxt is None else float(nxt) - now
 
     def _enqueue(self, zset: str, members: list[bytes], now: float) -> None:
-        keys, args = [zset, self.keys.queues], [repr(now)]
+        keys, args = [zset, self.keys.queues, self.keys.dead], [repr(now)]
         for member in members:
             try:
                 msg = codec.loads(member)
@@ -102,7 +102,11 @@ class Scheduler:
                 continue
             keys.append(self.keys.queue(queue))
             args += [member, moved, queue]
-        ENQUEUE_DUE(self.r, keys, args)
+        reply = ENQUEUE_DUE(self.r, keys, args)
+        for queue in reply[1:]:
+            log.error("a due job from %s could not be pushed to queue %s: its key %s holds "
+                      "another Redis type, not a list (WRONGTYPE); sent to dead", zset,
+                      queue.decode("utf-8", "replace"), self.keys.queue(queue.decode()))
 
 
 def _with_enqueued_at(raw: bytes, msg: dict, now: float) -> bytes | str:

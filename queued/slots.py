@@ -145,3 +145,36 @@ class SlotWriter:
     def tick(self) -> None:
         """Prove liveness while idle (the master kills workers that go silent)."""
         self._write(IDLE, 0.0, 0.0, "", "", "")
+
+
+class Notes:
+    """Timestamps shared by the master and its workers (one anonymous shared mapping, made
+    before fork), one per queue: a condition every worker meets, such as a queue key of the
+    wrong Redis type, is then logged once per interval by the whole daemon, not once by
+    each worker. Each value is one aligned 8-byte store, so a reader never sees half of it."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.mem = mmap.mmap(-1, max(1, count) * 8)
+
+    def _get(self, i: int) -> float:
+        return struct.unpack_from("<d", self.mem, i * 8)[0]
+
+    def _put(self, i: int, value: float) -> None:
+        self.mem[i * 8:i * 8 + 8] = struct.pack("<d", value)
+
+    def due(self, i: int, interval: float, now: float | None = None) -> bool:
+        """True, and the time noted, unless ``i`` was noted within the last ``interval``."""
+        now = time.monotonic() if now is None else now
+        last = self._get(i)
+        if last and now - last < interval:
+            return False
+        self._put(i, now)
+        return True
+
+    def clear(self, i: int) -> bool:
+        """Forget ``i``; True if it was noted."""
+        if not self._get(i):
+            return False
+        self._put(i, 0.0)
+        return True

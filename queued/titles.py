@@ -21,7 +21,14 @@ def master_title(tag: str, busy: int, concurrency: int, state: str = "") -> str:
 
 
 def set_title(title: str) -> None:
-    _set(title)
+    _set(_printable(title))
+
+
+def _printable(text: str) -> str:
+    # A job class named "\ud800" (a lone surrogate from a JSON escape) made setproctitle
+    # raise UnicodeEncodeError, which crashed the worker before the job's failure path ran
+    # (found by tests/faults).
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 class WorkerTitle:
@@ -35,7 +42,7 @@ class WorkerTitle:
     def _show(self, text: str) -> None:
         if text != self.current:
             self.current = text
-            _set(text)
+            _set(_printable(text))
 
     def idle(self) -> None:
         self._show(f"{self.base}: idle")

@@ -28,7 +28,7 @@ from .errors import JobTimeout, PayloadError, UnknownJobClass
 from .fetch import Fetcher, Reservation
 from .job import registry
 from .middleware import server_middleware
-from .slots import SlotWriter
+from .slots import Notes, SlotWriter
 from .timeout import job_timeout
 
 log = logging.getLogger("queued.worker")
@@ -41,6 +41,8 @@ FAST_JOB = 0.005
 SLOW_JOB = 0.002
 #: Redis outage backoff: first wait, cap (seconds).
 BACKOFF_START, BACKOFF_MAX = 0.1, 5.0
+#: A queue whose key is not a list is logged at most this often (seconds) by the whole daemon.
+BAD_QUEUE_LOG_INTERVAL = 60.0
 
 _PR_SET_PDEATHSIG = 1
 
@@ -52,8 +54,10 @@ class _Wake(BaseException):
 class Worker:
     """Built in the master before fork; ``run`` is the child's whole life."""
 
-    def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int):
+    def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int,
+                 notes: Notes | None = None):
         self.config = config
+        self.notes = notes if notes is not None else Notes(len(config.queue_names))
         self.keys = keys
         self.identity = identity
         self.slot = slot
@@ -132,19 +136,26 @@ class Worker:
                 self.fetcher.reset_connection()
                 self._outage(e, backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
+            except redis.ResponseError as e:
+                # Redis refused the fetch (READONLY after a failover, OOM, MISCONF, BUSY).
+                # This used to crash the worker, and each replacement crashed the same way.
+                self._outage(e, backoff, "Redis refused a fetch")
+                backoff = min(backoff * 2, BACKOFF_MAX)
             except _Wake:
                 self.fetcher.reset_connection()
             if os.getppid() != self.master_pid:
                 self.stopping = True
 
-    def _outage(self, err: Exception, backoff: float) -> None:
+    def _outage(self, err: Exception, backoff: float, what: str = "Redis unreachable") -> None:
         if backoff == BACKOFF_START:
-            log.error("Redis unreachable (%s); retrying with backoff", err)
+            log.error("%s (%s); retrying with backoff", what, err)
         self.writer.tick()
         time.sleep(backoff * (0.5 + random.random()))
 
     def _cycle(self) -> None:
         jobs = self.fetcher.reserve(self.batch)
+        if self.fetcher.bad_queues or self.fetcher.checked_all:
+            self._check_queues()
         if not jobs:
             self.batch = 1
             self.writer.tick()
@@ -171,8 +182,36 @@ class Worker:
             if self.stopping:
                 return False
             return self.fetcher.block()
+        except redis.ResponseError as e:
+            # The queue this worker blocks on has a key of the wrong type: BLMOVE fails at
+            # once, every time. It used to crash the worker, and each replacement crashed the
+            # same way. Wait as long as the block would have (a TERM still wakes us), so the
+            # other queues are served by the reserve calls in between, without spinning.
+            # (Other refusals go to _loop: logged once, backoff.)
+            if "WRONGTYPE" not in str(e):
+                raise
+            self._bad_queue(self.fetcher.block_queue)
+            time.sleep(self.fetcher.block_seconds)
+            return False
         finally:
             self.blocking = False
+
+    def _check_queues(self) -> None:
+        """Log a queue whose key is not a list (reserve.lua skips it), once a minute for the
+        whole daemon; and when a complete check finds it a list again, say so."""
+        for name in self.fetcher.bad_queues:
+            self._bad_queue(name)
+        if self.fetcher.checked_all:
+            for i, name in enumerate(self.fetcher.queues):
+                if name not in self.fetcher.bad_queues and self.notes.clear(i):
+                    log.info("queue %s: key %s is a list again; serving it", name,
+                             self.keys.queue(name))
+
+    def _bad_queue(self, name: str) -> None:
+        if self.notes.due(self.fetcher.queues.index(name), BAD_QUEUE_LOG_INTERVAL):
+            log.error("queue %s: key %s holds another Redis type, not a list (WRONGTYPE); "
+                      "skipping this queue until the key is fixed, serving the others", name,
+                      self.keys.queue(name))
 
     def _adapt(self, got: int, done: int, elapsed: float) -> None:
         if got == self.batch and done == got and elapsed < FAST_JOB * got:

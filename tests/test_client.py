@@ -43,15 +43,24 @@ def pinned(monkeypatch):
 
 @pytest.fixture
 def commands(monkeypatch):
-    """Every pipeline a Client executes: a list of (transaction, [command args...])."""
+    """Every round trip a Client makes: a list of (transaction, [command args...]). A push
+    writes its commands in one packet on a connection of the Client's own (Client._execute),
+    never inside MULTI, so transaction is always False; the fallback through a redis-py
+    Pipeline is recorded too."""
     seen: list[tuple[bool, list[tuple]]] = []
-    real = redis_lib.client.Pipeline.execute
+    real_execute = Client._execute
+    real_pipeline = redis_lib.client.Pipeline.execute
 
-    def execute(self, *a, **kw):
+    def execute(self, cmds):
+        seen.append((False, [tuple(c) for c in cmds]))
+        return real_execute(self, cmds)
+
+    def pipeline_execute(self, *a, **kw):
         seen.append((self.transaction, [tuple(args) for args, _ in self.command_stack]))
-        return real(self, *a, **kw)
+        return real_pipeline(self, *a, **kw)
 
-    monkeypatch.setattr(redis_lib.client.Pipeline, "execute", execute)
+    monkeypatch.setattr(Client, "_execute", execute)
+    monkeypatch.setattr(redis_lib.client.Pipeline, "execute", pipeline_execute)
     return seen
 
 
@@ -236,6 +245,58 @@ def test_push_bulk_at_per_job(default_client, r):
     assert json.loads(r.rpop("queue:default"))["args"] == ["c"]
 
 
+class _PassThrough:
+    """A client middleware that changes nothing: push_bulk then encodes job by job."""
+
+    def __call__(self, job, msg, queue, call_next):
+        return call_next()
+
+
+@pytest.mark.parametrize("item, spliced", [
+    ({"class": "X", "args": [[1], [1.0], [1e20], [1e15], [-0.0], [2**70], [None, True, False],
+                             ["ünï", "😀", "\u0000", "a\"b\\c/d"], [{"": {}, "1": [[]]}],
+                             ["\ud800"], ['"\\u0000queued:args\\u0000"'], []]}, True),
+    ({"class": "Billing::Ünicode", "queue": "crème", "args": [["x"], ["\ud800"]]}, False),
+    ({"class": CliCritical, "args": [["crit"], [3.5]], "tags": ["t"], "extra": {"k": [1.5]}},
+     True),
+    ({"class": "X", "args": [[1], [2]], "jid": "given", "enqueued_at": 1.5}, True),
+    ({"class": "X", "jid": "given", "args": [[1], [2]]}, False),  # jid before args: no cut
+    ({"class": "X", "args": [[1], [2]], "at": NOW + 600}, True),
+])
+def test_push_bulk_writes_what_per_job_encoding_writes(default_client, r, monkeypatch,
+                                                      middleware, item, spliced):
+    """Without middleware push_bulk encodes a batch once and splices each job's args and jid
+    in (Client._push_alike); the bytes must be what encoding each job on its own gives."""
+    real = Client._push_alike
+    used = []
+
+    def spy(self, *a):
+        jids = real(self, *a)
+        used.append(jids is not None)
+        return jids
+
+    monkeypatch.setattr(Client, "_push_alike", spy)
+
+    def written(with_middleware):
+        jids = iter(f"{i:024x}" for i in range(1, 100))
+        monkeypatch.setattr(client_mod, "clock", lambda: NOW)
+        monkeypatch.setattr(client_mod, "new_jid", lambda: next(jids))
+        if with_middleware:
+            middleware.add(_PassThrough)
+        try:
+            returned = default_client.push_bulk(dict(item), batch_size=5)
+        finally:
+            middleware.remove(_PassThrough)
+        state = {k: r.lrange(k, 0, -1) if r.type(k) == b"list"
+                 else r.zrange(k, 0, -1, withscores=True) if r.type(k) == b"zset"
+                 else sorted(r.smembers(k)) for k in sorted(r.keys("*"))}
+        r.flushdb()
+        return returned, state
+
+    assert written(with_middleware=False) == written(with_middleware=True)
+    assert used and all(u == spliced for u in used)
+
+
 def test_push_bulk_validation():
     c = Client(fakeredis.FakeRedis())
     assert c.push_bulk({"class": "X", "args": []}) == []
@@ -410,23 +471,46 @@ def test_job_class_client_attribute(redis_url, r, default_client):
 
 def test_default_client_survives_fork(default_client, r):
     """The master configures and uses the client, then forks: the child's first push must open
-    its own connection (redis-py resets an inherited pool), and the parent's keeps working."""
+    its own connection (the Client drops the connections it inherited, as redis-py resets an
+    inherited pool), and the parent's keeps working on its own."""
     CliPlainWorker.perform_async("parent-before")
-    parent_conn = default_client.redis.connection_pool._available_connections[0]
+    default_client.redis.ping()
+    parent_conn = default_client._idle[0]  # the Client's own push connection
+    parent_sock = parent_conn._sock
+    parent_pool_conn = default_client.redis.connection_pool._available_connections[0]
     pid = os.fork()
     if pid == 0:  # child
         code = 1
         try:
             client_mod.default_client().push({"class": "X", "args": ["child"], "queue": "forked"})
+            client_mod.get_redis().ping()
             pool = client_mod.get_redis().connection_pool
-            code = 0 if parent_conn not in pool._available_connections else 2
+            code = 0 if parent_conn not in client_mod.default_client()._idle else 2
+            if parent_pool_conn in pool._available_connections:
+                code = 3
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     CliPlainWorker.perform_async("parent-after")
-    assert default_client.redis.connection_pool._available_connections[0] is parent_conn
+    assert default_client._idle == [parent_conn]
+    assert parent_conn._sock is parent_sock  # same socket: the child did not shut it down
+    assert default_client.redis.connection_pool._available_connections[0] is parent_pool_conn
     assert r.llen("queue:forked") == 1 and r.llen("queue:default") == 2
+
+
+def test_push_after_the_server_closed_the_idle_connection(default_client, r):
+    """The Client's own connection was closed by the server while idle (Redis restarted,
+    CLIENT KILL, Redis's idle timeout): the next push connects afresh instead of failing, as a
+    push through redis-py's pool would."""
+    CliPlainWorker.perform_async("before")
+    (conn,) = default_client._idle
+    r.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    time.sleep(0.05)  # let the close reach our socket
+    CliPlainWorker.perform_async("after")
+    assert default_client._idle == [conn]  # same connection object, reconnected
+    assert [json.loads(m)["args"] for m in r.lrange("queue:default", 0, -1)] \
+        == [["after"], ["before"]]
 
 
 def test_failover_error_reconnects_and_retries_once():

@@ -86,10 +86,17 @@ def test_reserve_n_takes_up_to_n_with_increasing_scores(r, fetcher):
     # Scores are Redis's clock (epoch seconds), not a counter.
     server_now = r.time()[0]
     assert abs(scores[0] - server_now) < 5
-    # Asking for more than there is returns what there is; then nothing.
-    assert [g.payload for g in fetcher.reserve(10)] == [job(3), job(4)]
+    # Asking for more than there is returns what there is; then nothing. (The worker acks
+    # what it finished before it reserves again: anything else held is handed back.)
+    for g in got:
+        fetcher.ack(g)
+    rest = fetcher.reserve(10)
+    assert [g.payload for g in rest] == [job(3), job(4)]
+    assert r.zcard(RESERVED) == 2
+    for g in rest:
+        fetcher.ack(g)
     assert fetcher.reserve(10) == []
-    assert r.zcard(RESERVED) == 5
+    assert r.zcard(RESERVED) == 0
 
 
 def test_strict_order_drains_the_first_queue_first(r, make_fetcher):
@@ -109,15 +116,15 @@ def test_reservation_records_the_queue_it_came_from_not_the_payload_queue(r, mak
     assert got.member.startswith(b"low\0")
 
 
-def test_identical_payloads_stay_two_jobs(r, fetcher):
-    # Given the same bytes pushed twice (a producer may well do that)
+def test_identical_payloads_stay_two_jobs(r, fetcher, make_fetcher):
+    # Given the same bytes pushed three times (a producer may well do that)
     r.lpush("queue:default", job(7), job(7), job(7))
-    # When reserved in one call and in a separate call
+    # When reserved in one call, and in a separate call by another slot
     a = fetcher.reserve(2)
-    b = fetcher.reserve(1)
+    b = make_fetcher(slot=1).reserve(1)
     # Then nothing collapses: three distinct members, three jobs
     assert len({x.member for x in a + b}) == 3
-    assert r.zcard(RESERVED) == 3
+    assert r.zcard(RESERVED) == 2 and r.zcard(K.reserved(IDENTITY, 1)) == 1
     assert all(x.payload == job(7) for x in a + b)
 
 
@@ -384,8 +391,9 @@ def test_pending_acks_are_resent_after_reset_connection(r, fetcher):
     fetcher.ack(a)
     # When the connection is reset (an error, an interrupted block)
     fetcher.reset_connection()
-    # Then the next call sends the ack again before its own command
-    assert fetcher.reserve(1) == []
+    # Then the next call sends the ack again before its own command (b, still held, is
+    # handed back first: the worker holds nothing but its acks when it reserves)
+    assert [g.member for g in fetcher.reserve(1)] == [b.member]
     assert r.zrange(RESERVED, 0, -1) == [b.member]
 
 
@@ -424,8 +432,9 @@ def test_acks_survive_a_killed_connection(r, fetcher):
             continue
     else:
         raise AssertionError("fetcher never reconnected")
-    # Then the ack reached Redis on the new connection, and nothing else changed
-    assert got == []
+    # Then the ack reached Redis on the new connection, and nothing else changed (b and c,
+    # still held, are handed back, earliest first)
+    assert [g.member for g in got] == [b.member, c.member]
     assert r.zrange(RESERVED, 0, -1) == [b.member, c.member]
 
 
@@ -448,7 +457,8 @@ def test_an_ack_during_an_outage_is_kept_and_sent_later(r, fetcher):
 
 def test_reserve_survives_a_script_flush(r, fetcher):
     r.lpush("queue:default", job(1), job(2))
-    fetcher.reserve(1)
+    (first,) = fetcher.reserve(1)
+    fetcher.ack(first)
     r.script_flush()
     (res,) = fetcher.reserve(1)
     assert res.payload == job(2)
@@ -527,7 +537,7 @@ def test_acks_sent_ahead_survive_a_reset(r, fetcher):
     fetcher.ack(a)
     fetcher.send_acks()
     fetcher.reset_connection()  # the reply was never read
-    assert fetcher.reserve(1) == []
+    assert [g.member for g in fetcher.reserve(1)] == [b.member]
     assert r.zrange(RESERVED, 0, -1) == [b.member]
 
 
@@ -547,3 +557,222 @@ def test_send_acks_never_raises_when_redis_is_away(r, fetcher):
     assert r.zcard(RESERVED) == 1  # still reserved: never lost, never released early
     fetcher.flush()
     assert r.zcard(RESERVED) == 0
+
+
+# --- a queue key of the wrong type -------------------------------------------------------------
+# RPOP on a key that is not a list is a WRONGTYPE error; reserve.lua skips such a queue and
+# names it, instead of failing every fetch of every worker.
+
+def test_reserve_skips_a_queue_whose_key_is_not_a_list_and_names_it(r, make_fetcher):
+    # Given strict queues [broken, default] where queue:broken is a string
+    f = make_fetcher(queues=("broken", "default"))
+    r.set("queue:broken", "x")
+    r.lpush("queue:default", job(1), job(2))
+    # When jobs are reserved
+    got = f.reserve(3)
+    # Then the other queue is served, and the broken one is named once
+    assert [g.payload for g in got] == [job(1), job(2)]
+    assert f.bad_queues == ["broken"]
+    assert f.checked_all is True
+    assert r.get("queue:broken") == b"x"  # left as it is
+    # And once the key is fixed it is served again and no longer named
+    for g in got:
+        f.ack(g)
+    r.delete("queue:broken")
+    r.lpush("queue:broken", job(3, "broken"))
+    (res,) = f.reserve(1)
+    assert res.queue == "broken" and f.bad_queues == []
+
+
+def test_weighted_reserve_skips_a_broken_queue_for_every_job(r, make_fetcher):
+    names = ("a", "b", "c")
+    f = make_fetcher(queues=names, weighted=("a", "b", "b", "c"), strict=False)
+    r.hset("queue:b", "not", "a list")
+    for q in ("a", "c"):
+        r.lpush(f"queue:{q}", *(job(i, q) for i in range(10)))
+    got = f.reserve(8)
+    assert len(got) == 8 and {g.queue for g in got} <= {"a", "c"}
+    assert f.bad_queues in ([], ["b"])  # named if some job's order tried it
+    for g in got:
+        f.ack(g)
+    got = f.reserve(20)  # drains a and c: every order tried b
+    assert len(got) == 12 and f.bad_queues == ["b"] and f.checked_all
+
+
+def test_a_queue_that_is_not_a_list_is_not_named_when_it_is_not_tried(r, make_fetcher):
+    # Strict order stops at the first queue with a job: the broken one after it is not looked
+    # at, so the check is incomplete
+    f = make_fetcher(queues=("default", "broken"))
+    r.set("queue:broken", "x")
+    r.lpush("queue:default", job(1))
+    assert len(f.reserve(1)) == 1
+    assert f.bad_queues == [] and f.checked_all is False
+
+
+def test_block_on_a_queue_whose_key_is_not_a_list_raises_and_the_connection_stays_usable(
+        r, make_fetcher):
+    f = make_fetcher(queues=("broken", "default"))
+    assert f.block_queue == "broken"
+    r.set("queue:broken", "x")
+    with pytest.raises(redis_lib.ResponseError, match="WRONGTYPE"):
+        f.block()
+    r.lpush("queue:default", job(1))
+    assert [g.payload for g in f.reserve(1)] == [job(1)]
+
+
+# --- a reply that never arrived ------------------------------------------------------------
+# Redis ran the reserve, the connection broke before the reply came back (Redis shut down,
+# a timeout, the previous worker of the slot killed with its call in flight). The jobs sit in
+# the slot, and the worker's next reserve hands them over instead of leaving them stranded.
+
+def _lose_the_next_reply(fetcher):
+    real = fetcher._script
+
+    def lossy(*args, **kwargs):
+        real(*args, **kwargs)
+        fetcher._script = real
+        fetcher.reset_connection()
+        raise redis_lib.ConnectionError("connection closed by server")
+
+    fetcher._script = lossy
+
+
+def test_jobs_reserved_by_a_call_whose_reply_was_lost_are_handed_over_next(
+        r, fetcher, caplog):
+    # Given a finished job whose ack is pending, and a reserve whose reply is lost
+    r.lpush("queue:default", job(1), job(2), job(3), job(4))
+    (a,) = fetcher.reserve(1)
+    fetcher.ack(a)
+    _lose_the_next_reply(fetcher)
+    with pytest.raises(redis_lib.ConnectionError):
+        fetcher.reserve(2)
+    assert r.zrange(RESERVED, 0, -1) != []  # Redis did reserve them
+    # When the worker reserves again
+    with caplog.at_level(logging.WARNING, logger="queued.fetch"):
+        got = fetcher.reserve(2)
+    # Then it gets the two it never heard of, first and in order, and nothing more (they
+    # count toward n); the ack applied by the lost call raises no warning
+    assert [g.payload for g in got] == [job(2), job(3)]
+    assert r.zrange(RESERVED, 0, -1) == [g.member for g in got]
+    assert r.lrange("queue:default", 0, -1) == [job(4)]
+    assert [x.getMessage() for x in caplog.records] == [
+        "2 job(s) reserved by a call whose reply was lost (the connection broke) are run now"]
+
+
+def test_a_new_worker_of_a_slot_takes_over_what_a_late_call_of_the_old_one_reserved(
+        r, make_fetcher):
+    # Given the previous worker of slot 0 whose reserve ran after the master emptied the slot
+    old = make_fetcher()
+    r.lpush("queue:default", job(1), job(2))
+    (stray,) = old.reserve(1)
+    # When the new worker of the slot reserves
+    new = make_fetcher()
+    got = new.reserve(8)
+    # Then the stray comes first, then the queue
+    assert [g.payload for g in got] == [job(1), job(2)]
+    assert got[0].member == stray.member
+
+
+# --- Redis refusing writes -------------------------------------------------------------------
+# NOREPLICAS (min-replicas-to-write), MISCONF (cannot persist), READONLY (a replica after a
+# failover): the acks are error replies then. Every reply must still be read in turn, and the
+# refused acks sent again later.
+
+@pytest.mark.parametrize("ahead", [True, False], ids=["sent-ahead", "with-the-call"])
+def test_an_ack_redis_refuses_stays_pending_and_the_connection_stays_in_step(
+        r, fetcher, ahead):
+    r.lpush("queue:default", job(1), job(2))
+    a, b = fetcher.reserve(2)
+    fetcher.ack(a)
+    r.config_set("min-replicas-to-write", 1)
+    try:
+        if ahead:
+            fetcher.send_acks()
+        with pytest.raises(redis_lib.ResponseError, match="NOREPLICAS"):
+            fetcher.block()
+        assert r.zcard(RESERVED) == 2
+    finally:
+        r.config_set("min-replicas-to-write", 0)
+    # The next call reads its own reply (a list), the refused ack goes out with it
+    got = fetcher.reserve(1)
+    assert [g.member for g in got] == [b.member]  # b, still held, handed back
+    assert r.zrange(RESERVED, 0, -1) == [b.member]
+    assert fetcher.block() is False  # and the connection is still in step
+
+
+def test_a_reserve_that_timed_out_on_a_frozen_redis_is_handed_over_once_it_runs(
+        monkeypatch):
+    # Given a Fetcher on a private Redis, with a 0.3 s read timeout
+    import os
+    import signal
+
+    from conftest import RedisServer, find_redis_server
+    from queued import connection
+    monkeypatch.setattr(connection, "SOCKET_TIMEOUT", 0.3)
+    server = RedisServer(find_redis_server())
+    server.start()
+    f = Fetcher(server.url, Keys(), IDENTITY, 0, ["default"], ["default"], True, 0.2,
+                15552000, 10000)
+    r = redis_lib.Redis.from_url(server.url)
+    try:
+        assert f.reserve(0) == []  # connected, script loaded
+        r.lpush("queue:default", job(1), job(2))
+        # When Redis is frozen (SIGSTOP) while the worker reserves: the read times out,
+        # and the script runs once Redis is resumed, its reply going nowhere
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(redis_lib.TimeoutError):
+                f.reserve(1)
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        time.sleep(0.2)
+        assert r.zcard(RESERVED) == 1  # Redis ran it: job 1 sits in the slot
+        # Then the next reserve hands it over first, then takes the next one
+        got = f.reserve(2)
+        assert [g.payload for g in got] == [job(1), job(2)]
+        assert r.zrange(RESERVED, 0, -1) == [g.member for g in got]
+    finally:
+        f.close()
+        f.redis.close()
+        r.close()
+        server.stop()
+
+
+def test_a_finished_job_whose_ack_was_refused_is_not_handed_back_as_a_lost_one(r, fetcher):
+    # Given a finished job whose ack, sent ahead, Redis refused
+    r.lpush("queue:default", job(1), job(2))
+    (a,) = fetcher.reserve(1)
+    fetcher.ack(a)
+    r.config_set("min-replicas-to-write", 1)
+    try:
+        fetcher.send_acks()
+        time.sleep(0.05)
+    finally:
+        r.config_set("min-replicas-to-write", 0)
+    # When the worker reserves again
+    got = fetcher.reserve(1)
+    # Then the ack is sent again with it, and the finished job is not run again
+    assert [g.payload for g in got] == [job(2)]
+    assert r.zrange(RESERVED, 0, -1) == [got[0].member]
+
+
+def test_an_ack_sent_ahead_whose_reply_never_came_is_sent_again_not_run_again(r, fetcher):
+    # Given a finished job whose ack went out ahead on a connection the server had closed
+    r.lpush("queue:default", job(1), job(2))
+    (a,) = fetcher.reserve(1)
+    fetcher.ack(a)
+    _kill_worker_connection(r)
+    fetcher.send_acks()
+    # When the worker reserves (the first try may meet the broken connection, as in
+    # Worker._loop)
+    for _ in range(3):
+        try:
+            got = fetcher.reserve(1)
+            break
+        except (redis_lib.ConnectionError, redis_lib.TimeoutError, OSError):
+            continue
+    else:
+        raise AssertionError("fetcher never reconnected")
+    # Then the ack was sent again, and the finished job is not handed back to run again
+    assert [g.payload for g in got] == [job(2)]
+    assert r.zrange(RESERVED, 0, -1) == [got[0].member]

@@ -161,3 +161,11 @@ def test_job_class_name():
     assert payload.job_class_name({"class": "X", "display_class": "Shown",
                                    "wrapped": "W"}) == "Shown"
     assert payload.job_class_name({}) == "?"
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "1.5e999"])
+def test_loads_refuses_numbers_that_read_as_infinity(number):
+    # Python reads them as inf, which dumps() cannot write back on the failure path
+    with pytest.raises(PayloadError, match=f"number {number} is out of range"):
+        payload.loads('{"class":"X","args":[%s],"jid":"j"}' % number)
+    assert payload.loads('{"a":1.5e300}') == {"a": 1.5e300}

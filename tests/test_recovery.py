@@ -352,3 +352,50 @@ def test_a_master_that_renewed_its_lease_after_the_check_is_left_alone(r, make_f
     assert r.zcard(K.reserved(OTHER, 0)) == 1
     assert r.llen("queue:default") == 0
     assert r.hexists(K.masters, OTHER)
+
+
+# --- a queue key of the wrong type ---------------------------------------------------------------
+# RPUSH onto a key that is not a list fails with WRONGTYPE; before, that aborted requeue.lua,
+# so the slot was never emptied and its recovery failed on every try, for ever.
+
+def test_a_job_whose_queue_key_is_not_a_list_goes_to_dead_and_the_rest_go_back(
+        r, make_fetcher, caplog):
+    # Given a slot holding a job from "broken", a job from "default", and a landed job from
+    # "broken", after which queue:broken was overwritten with a string
+    f = make_fetcher(queues=("broken", "default"))
+    r.lpush("queue:broken", job(1, "broken"))
+    r.lpush("queue:default", job(2, "default"))
+    assert len(f.reserve(2)) == 2
+    r.lpush("queue:broken", job(3, "broken"))
+    assert f.block() is True  # slot 0 blocks on "broken": job 3 is in its landing list
+    r.set("queue:broken", "x")
+    before = r.time()[0]
+    # When the slot is requeued
+    with caplog.at_level(logging.ERROR, logger="queued.recovery"):
+        moved = recovery.requeue_slot(r, K, ME, 0, ["broken", "default"])
+    # Then the default job is back in its queue, the two others are in dead as they were,
+    # at Redis's current time, and the slot is empty
+    assert moved == 1
+    assert drain(r, "default") == [job(2, "default")]
+    dead = r.zrange(K.dead, 0, -1, withscores=True)
+    assert sorted(m for m, _ in dead) == sorted([job(1, "broken"), job(3, "broken")])
+    assert all(before - 1 <= s <= before + 5 for _, s in dead)
+    assert r.get("queue:broken") == b"x"
+    assert not r.exists(K.reserved(ME, 0)) and not r.exists(K.landing(ME, 0, "broken"))
+    assert [x.getMessage() for x in caplog.records] == [
+        f"2 job(s) of {ME} could not be put back: their queue key holds another Redis type, "
+        "not a list (WRONGTYPE); sent to dead as they were"]
+
+
+def test_reap_expired_sends_a_job_whose_queue_key_is_not_a_list_to_dead(r, make_fetcher):
+    recovery.register(r, K, OTHER, 1, ["broken", "default"], 60_000)
+    f = make_fetcher(identity=OTHER, queues=("broken", "default"))
+    r.lpush("queue:broken", job(1, "broken"))
+    r.lpush("queue:default", job(2, "default"))
+    assert len(f.reserve(2)) == 2
+    r.set("queue:broken", "x")
+    r.delete(K.lease(OTHER))
+    assert recovery.reap_expired(r, K) == [(OTHER, 1)]
+    assert drain(r, "default") == [job(2, "default")]
+    assert r.zrange(K.dead, 0, -1) == [job(1, "broken")]
+    assert not r.hexists(K.masters, OTHER)

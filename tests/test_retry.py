@@ -410,7 +410,8 @@ def test_backtrace_false_or_null_stores_nothing(setting):
 def test_ints_floats_and_big_ints_survive_the_rewrite():
     raw = NB_QUEUED.replace('["nb"]', '[1,1.0,1180591620717411303424,-0.0,1e-05,"1.0"]')
     out = fail(raw, RuntimeError("x"))
-    assert '"args":[1,1.0,1180591620717411303424,-0.0,1e-05,"1.0"]' in out.payload
+    # 1e-05 comes back as Ruby writes it (JSON.generate: 1.0e-05); see payload.dumps
+    assert '"args":[1,1.0,1180591620717411303424,-0.0,1.0e-05,"1.0"]' in out.payload
     assert out.msg["args"][2] == 2**70
 
 

@@ -296,3 +296,24 @@ def test_tick_as_follower_polls_around_the_average(r, sched):
         plans.append(sched.next_poll - 1000.0)
     assert all(5.0 <= p <= 15.0 for p in plans)  # poll_interval_average 10, jittered 0.5-1.5
     assert len(set(plans)) > 1
+
+
+def test_a_due_job_whose_queue_key_is_not_a_list_goes_to_dead_and_the_rest_move(
+        r, sched, caplog):
+    # Given due jobs for "default" and for "broken", whose key was overwritten with a string
+    # (LPUSH fails with WRONGTYPE: before, that aborted the move on every poll, for ever)
+    r.set("queue:broken", "x")
+    r.zadd("schedule", {member(1): past(), member(2, "broken"): past(5)})
+    # When the scheduler polls
+    with caplog.at_level(logging.ERROR, logger="queued.scheduler"):
+        assert sched.poll() is None
+    # Then the default job is queued, the other is in dead (with its enqueued_at), the
+    # schedule is empty, and the log names the queue
+    assert [without_enqueued_at(x) for x in r.lrange("queue:default", 0, -1)] == [member(1)]
+    assert [without_enqueued_at(x) for x in r.zrange("dead", 0, -1)] == [member(2, "broken")]
+    assert abs(r.zscore("dead", r.zrange("dead", 0, 0)[0]) - time.time()) < 5
+    assert r.zcard("schedule") == 0 and r.get("queue:broken") == b"x"
+    assert r.smembers("queues") == {b"default"}
+    assert [x.getMessage() for x in caplog.records] == [
+        "a due job from schedule could not be pushed to queue broken: its key queue:broken "
+        "holds another Redis type, not a list (WRONGTYPE); sent to dead"]

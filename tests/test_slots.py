@@ -241,3 +241,21 @@ def test_the_table_is_shared_with_a_forked_child():
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+
+
+# --- notes shared by the workers of one master ---------------------------------------------------
+
+def test_notes_are_due_once_per_interval_across_processes():
+    import os
+    from queued.slots import Notes
+    notes = Notes(2)
+    assert notes.due(0, 60.0, now=1000.0) is True
+    pid = os.fork()
+    if pid == 0:  # another worker sees the note the first one took
+        os._exit(0 if notes.due(0, 60.0, now=1001.0) is False and notes.due(1, 60.0, 1001.0)
+                 else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert notes.due(1, 60.0, now=1002.0) is False  # the child's note is seen here
+    assert notes.due(0, 60.0, now=1061.0) is True   # a minute later: due again
+    assert notes.clear(0) is True and notes.clear(0) is False
+    assert notes.due(0, 60.0, now=1062.0) is True

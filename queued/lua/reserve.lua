@@ -14,8 +14,20 @@
 -- ARGV[5+A..4+A+Q] queue names for KEYS[3..]
 -- then             N fetch orders of Q 1-based queue indexes each: job i tries its own order,
 --                  so weighted random order is drawn per job exactly as Sidekiq draws per fetch
--- Returns {acks that found their reservation, new member...}, members earliest first. Scores
+-- Returns {acks that found their reservation, {names of queues whose key is not a list},
+-- number of adopted members, member...}, members earliest first (adopted ones first). Scores
 -- grow by 1 us per job so ZRANGE 0 0 is the job the worker runs first.
+--
+-- A queue key of another type (SET queue:x by mistake) is skipped and named in the reply:
+-- RPOP on it is a WRONGTYPE error, and with redis.call that error aborted the whole script,
+-- so one broken queue stopped every fetch of every worker (they crash-looped).
+--
+-- Adoption: the worker calls this holding nothing but the acks it sends. Any other member of
+-- its reserved zset was reserved by a call whose reply it never read: Redis ran the script and
+-- the connection broke before the reply arrived (Redis shut down right after it, a socket
+-- timeout while Redis was frozen, or the slot's previous worker was SIGKILLed with the call in
+-- flight and Redis ran it after the master had emptied the slot). Nobody else would ever run
+-- or release such a job while this worker lives, so it is handed to the worker now.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local n = tonumber(ARGV[1])
@@ -26,7 +38,13 @@ for i = 5, 4 + a do
   acked = acked + redis.call('ZREM', KEYS[1], ARGV[i])
 end
 local names = 4 + a
-local out = {acked}
+local bad = {}
+local out = {acked, bad, 0}
+local head = #out
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  out[#out + 1] = m
+end
+out[3] = #out - head
 local function keep(queue, payload)
   local member = queue .. '\0' .. t[1] .. '.' .. t[2] .. '.' .. #out .. '\0' .. payload
   redis.call('ZADD', KEYS[1], now + #out / 1000000, member)
@@ -37,16 +55,22 @@ while landed do
   keep(ARGV[3], landed)
   landed = redis.call('RPOP', KEYS[2])
 end
+local broken = {}
 local order = names + q
-while #out <= n do
+while #out - head < n do
   local got = false
   for j = 1, q do
     local idx = tonumber(ARGV[order + j])
-    local payload = redis.call('RPOP', KEYS[2 + idx])
-    if payload then
-      keep(ARGV[names + idx], payload)
-      got = true
-      break
+    if not broken[idx] then
+      local payload = redis.pcall('RPOP', KEYS[2 + idx])
+      if type(payload) == 'table' and payload.err then
+        broken[idx] = true
+        bad[#bad + 1] = ARGV[names + idx]
+      elseif payload then
+        keep(ARGV[names + idx], payload)
+        got = true
+        break
+      end
     end
   end
   if not got then break end

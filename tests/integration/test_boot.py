@@ -40,51 +40,16 @@ def test_missing_job_code_stops_the_boot_with_exit_4(daemon):
     assert line.startswith("queued: cannot load job code ") and "no_such_file.py" in line
 
 
-@pytest.mark.parametrize("settings,key,why", [
-    ({"bogus_key": 1}, "bogus_key", "unknown key"),
-    ({"concurrency": "many"}, "concurrency", "expected a positive integer"),
-    ({"heartbeat_interval": [1]}, "heartbeat_interval", "expected a positive number of seconds"),
-])
-def test_a_bad_config_exits_2_with_one_line_naming_key_and_file(daemon, settings, key, why):
-    d = daemon(wait=False, **settings)
-    assert d.wait(15) == 2
-    line = one_line(d.output())
-    assert line.startswith(f"queued: {d.config}: ")
-    assert key in line and why in line
+# A bad config (unknown key, wrong type, bad queue weight, unreadable file, bad Redis URL):
+# tests/faults/test_bad_config.py.
 
 
 def redis_at(url):
     return redis.Redis.from_url(url, socket_timeout=2)
 
 
-def test_redis_unreachable_at_boot_waits_logs_once_then_serves(tmp_path):
-    # Given nothing listening at the configured Redis address
-    port = free_port()
-    url = f"redis://127.0.0.1:{port}/0"
-    d = Daemon(url, tmp_path)
-    server = RedisServer(find_redis_server())
-    server.port, server.url = port, url
-    try:
-        started = time.time()
-        d.start(wait=False)
-        # When the daemon has waited for it for 2 s and Redis then comes up there
-        d.wait_log("Redis unreachable", 10)
-        time.sleep(max(0.0, started + 2 - time.time()))  # the outage lasts 2 s, by design
-        assert d.proc.poll() is None
-        server.start()
-        # Then the daemon connects, registers and serves jobs
-        c = redis_at(url)
-        wait_for(lambda: c.scard("processes") == 1, 15, what="registration")
-        jid = queued.Client(url=url).push({"class": jobs.Record, "args": ["late"]})
-        wait_for(lambda: counts(c, jobs.DONE).get(jid) == 1, 10, what="the job to run")
-        # And it logged the outage once, not once per retry, and its end
-        out = d.output()
-        assert out.count("Redis unreachable") == 1
-        assert "Redis is back" in out
-        assert d.stop() == 0
-    finally:
-        d.cleanup()
-        server.stop()
+# Redis unreachable when the daemon boots (waits, logs once, then runs every job):
+# tests/faults/test_redis_outages.py.
 
 
 def test_term_while_waiting_for_redis_exits_0(tmp_path):

@@ -1,0 +1,134 @@
+"""Job classes the fault suite runs inside real daemons.
+
+Every run records itself in Redis so a test can count, per jid, how many runs started and how
+many finished. The records survive the faults under test: each write is idempotent (SADD of
+``jid:token``, a token per run) and is retried through a Redis outage, a restart or a freeze,
+so a lost reply or a retried write never miscounts.
+"""
+import ctypes
+import os
+import signal
+import time
+
+import redis
+
+import queued
+
+STARTS = "f:starts"    # set of "jid:token", one per run that started
+ENDS = "f:ends"        # set of "jid:token", one per run that finished
+DONE = "f:done"        # set of jids that finished at least once (cheap to poll: SCARD)
+SIZES = "f:sizes"      # hash jid -> len of Blob's data
+#: Redis refusing writes for a while (no replica to write to; MISCONF: it cannot persist).
+REFUSED = ("NOREPLICAS", "MISCONF")
+
+
+def _write(fn):
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            return fn(queued.get_redis())
+        except (redis.ConnectionError, redis.TimeoutError,  # BusyLoadingError is one too
+                redis.ResponseError) as e:
+            if isinstance(e, redis.ResponseError) and not any(x in str(e) for x in REFUSED):
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _start(job) -> str:
+    token = f"{job.jid}:{os.urandom(4).hex()}"
+    _write(lambda r: r.sadd(STARTS, token))
+    return token
+
+
+def _end(job, token) -> None:
+    def record(r):
+        pipe = r.pipeline(transaction=True)
+        pipe.sadd(ENDS, token)
+        pipe.sadd(DONE, job.jid)
+        pipe.execute()
+    _write(record)
+
+
+class Tick(queued.Job):
+    """The ordinary job the faults happen around: optionally sleeps a few milliseconds."""
+
+    def perform(self, i=None, sleep_ms=0):
+        token = _start(self)
+        if sleep_ms:
+            time.sleep(sleep_ms / 1000)
+        _end(self, token)
+
+
+class Blob(queued.Job):
+    """Takes one big argument and records its size."""
+
+    def perform(self, data):
+        token = _start(self)
+        _write(lambda r: r.hset(SIZES, self.jid, len(data)))
+        _end(self, token)
+
+
+class Segfault(queued.Job):
+    def perform(self):
+        _start(self)
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+
+class HardExit(queued.Job):
+    def perform(self):
+        _start(self)
+        os._exit(9)
+
+
+class BlocksAlarm(queued.Job):
+    """Ignores its time limit the way C code does: SIGALRM blocked."""
+    queued_options = {"timeout": 0.5, "retry": 0}
+
+    def perform(self, seconds=60):
+        _start(self)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(seconds)
+
+
+class IgnoresTimeout(queued.Job):
+    """Ignores its time limit the way careless code does: catches the exception, goes on."""
+    queued_options = {"timeout": 0.5, "retry": 0}
+
+    def perform(self, seconds=60):
+        _start(self)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                time.sleep(0.05)
+            except queued.JobTimeout:
+                pass
+
+
+class Hog(queued.Job):
+    """Allocates without end. Under a memory limit (RLIMIT_AS, faults/memlimit.py) Python
+    raises MemoryError: the normal failure path."""
+    queued_options = {"retry": 0}
+
+    def perform(self):
+        _start(self)
+        chunks = []
+        while True:
+            chunks.append(bytearray(16 << 20))  # zero-filled: really resident
+
+
+class OomKilled(queued.Job):
+    """Allocates without end until the kernel's OOM killer would step in under a cgroup limit
+    of ``limit_mb``: then SIGKILL, as the OOM killer sends (no exception, no cleanup)."""
+
+    def perform(self, limit_mb=200):
+        _start(self)
+        chunks = []
+        page = os.sysconf("SC_PAGE_SIZE")
+        while True:
+            chunks.append(bytearray(16 << 20))
+            with open("/proc/self/statm") as f:
+                rss = int(f.read().split()[1]) * page
+            if rss > limit_mb << 20:
+                os.kill(os.getpid(), signal.SIGKILL)
