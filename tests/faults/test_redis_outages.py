@@ -28,6 +28,20 @@ def check_outage_logged_once(out, workers):
     assert "silent for" not in out
 
 
+def carries_on_without_loss(c, jids, since: float):
+    """After an outage: every job runs to the end, none twice, nothing left held or queued.
+    Returns (seconds to the first finished job, seconds to the last, the tally)."""
+    resumed = first_progress(c)
+    wait_for(lambda: done_count(c) == JOBS_IN, 90, interval=0.05, what="every job to run")
+    finished = time.monotonic() - since
+    tally = Tally(c, jids)
+    assert tally.lost == set()
+    assert tally.twice == set()  # an outage is no reason to run a job again
+    wait_for(lambda: held(c) == 0, 10, what="no job held")
+    assert queued_jobs(c) == 0 and c.zcard("retry") == 0 and c.zcard("dead") == 0
+    return resumed, finished, tally
+
+
 def test_redis_restarted_mid_run_loses_nothing(tmp_path):
     # Given a daemon (3 workers) working through 1500 jobs on a Redis that persists every
     # write (appendonly, appendfsync always)
@@ -48,15 +62,8 @@ def test_redis_restarted_mid_run_loses_nothing(tmp_path):
         time.sleep(max(0.0, down + 1.0 - time.monotonic()))  # the outage lasts 1 s, by design
         server.start()
         up = time.monotonic()
-        # Then the daemon carries on: every job runs to the end at least once
-        resumed = first_progress(c)
-        wait_for(lambda: done_count(c) == JOBS_IN, 90, interval=0.05, what="every job to run")
-        finished = time.monotonic() - up
-        tally = Tally(c, jids)
-        assert tally.lost == set()
-        assert tally.twice == set()  # an outage is no reason to run a job again
-        wait_for(lambda: held(c) == 0, 10, what="no job held")
-        assert queued_jobs(c) == 0 and c.zcard("retry") == 0 and c.zcard("dead") == 0
+        # Then the daemon carries on: every job runs to the end exactly once
+        resumed, finished, tally = carries_on_without_loss(c, jids, up)
         # And it logged the outage once per process, kept its workers, and stops cleanly
         d.wait_log("Redis is back", 10)
         check_outage_logged_once(d.output(), 3)
@@ -89,15 +96,8 @@ def test_redis_frozen_for_10_seconds_mid_run_loses_nothing(tmp_path):
         time.sleep(10)  # the freeze lasts 10 s, by design
         server.thaw()
         thawed = time.monotonic()
-        # Then the daemon carries on: every job runs to the end at least once
-        resumed = first_progress(c)
-        wait_for(lambda: done_count(c) == JOBS_IN, 90, interval=0.05, what="every job to run")
-        finished = time.monotonic() - thawed
-        tally = Tally(c, jids)
-        assert tally.lost == set()
-        assert tally.twice == set()  # an outage is no reason to run a job again
-        wait_for(lambda: held(c) == 0, 10, what="no job held")
-        assert queued_jobs(c) == 0 and c.zcard("retry") == 0 and c.zcard("dead") == 0
+        # Then the daemon carries on: every job runs to the end exactly once
+        resumed, finished, tally = carries_on_without_loss(c, jids, thawed)
         # And no worker crashed, timed out into a crash loop, or was killed as silent: the
         # same processes serve on; the master logged the outage (its 5 s socket timeout)
         # once, and its end
