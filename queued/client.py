@@ -17,9 +17,10 @@ Speed (docs/benchmarks.md has the figures): a redis-py client's pushes go out on
 Client keeps for itself (made from its pool's settings, one per thread pushing at the same
 time), packed into one write whose replies are all read back: the same bytes and the same
 single round trip as a non-transactional redis-py pipeline, without the pool's checkout and the
-pipeline's bookkeeping, which cost about as much as the round trip itself on a loopback Redis. Any other client object (a cluster client, a test double) gets
-``pipeline(transaction=False)``. And ``push_bulk`` without client middleware encodes a batch's
-shared payload once and splices each job's args and jid into it (``Client._push_alike``).
+pipeline's bookkeeping, which cost about as much as the round trip itself on a loopback Redis.
+Any other client object (a cluster client, a test double) gets ``pipeline(transaction=False)``.
+And ``push_bulk`` without client middleware encodes a batch's shared payload once and splices
+each job's args and jid into it (``Client._push_alike``).
 """
 from __future__ import annotations
 

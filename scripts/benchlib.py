@@ -1,0 +1,169 @@
+"""What scripts/bench (queued alone) and scripts/bench_peers.py (queued beside its peers) share:
+a throwaway redis-server, percentiles, waiting for a job's stamp, and process trees that are
+measured (PSS) and stopped by PID."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import psutil
+import redis
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+class RedisServer:
+    """A redis-server of our own on a free loopback port, no persistence."""
+
+    def __init__(self, binary):
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="queued-bench-")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir], stdout=subprocess.DEVNULL)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        r = redis.Redis.from_url(self.url)
+        for _ in range(200):
+            try:
+                r.ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        raise SystemExit("redis-server did not start")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def wait_key(r, key, timeout=300):
+    """The float a job stored in ``key``, once it is there."""
+    deadline = time.time() + timeout
+    while r.get(key) is None:
+        if time.time() > deadline:
+            raise TimeoutError(f"timed out waiting for {key}")
+        time.sleep(0.005)
+    return float(r.get(key))
+
+
+def collect(r, n, timeout=10, key="bench:lat"):
+    """The values jobs pushed to ``key`` once there are ``n`` (or at the timeout); clears it."""
+    deadline = time.time() + timeout
+    while r.llen(key) < n and time.time() < deadline:
+        time.sleep(0.01)
+    values = [float(v) for v in r.lrange(key, 0, -1)]
+    r.delete(key)
+    return values
+
+
+def write_queued_config(url, concurrency, extra) -> str:
+    """A config file for ``python -m queued -C`` that runs scripts/bench_jobs.py."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
+        json.dump({"redis_url": url, "concurrency": concurrency,
+                   "require": [os.path.join(HERE, "bench_jobs.py")], **extra}, f)  # JSON is YAML
+    return f.name
+
+
+class ProcessTree:
+    """The processes of one system under test: the roots we started and all their
+    descendants. Measured by PSS and stopped by PID (TERM to the roots, then KILL to whatever
+    of the tree is left after ``timeout``)."""
+
+    def __init__(self, commands, env=None, cwd=None):
+        self.roots = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+                      for cmd in commands]
+        self.killed = 0  # processes that needed SIGKILL
+
+    def processes(self) -> list[psutil.Process]:
+        procs = []
+        for root in self.roots:
+            try:
+                p = psutil.Process(root.pid)
+                procs += [p] + p.children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        return procs
+
+    def alive(self) -> bool:
+        return all(root.poll() is None for root in self.roots)
+
+    def pss_mib(self) -> float:
+        total = 0
+        for p in self.processes():
+            try:
+                total += p.memory_full_info().pss
+            except psutil.NoSuchProcess:
+                pass
+        return total / 2**20
+
+    def stop(self, timeout=20.0):
+        tree = self.processes()  # remembered now: children may be reparented once roots exit
+        for root in self.roots:
+            if root.poll() is None:
+                root.send_signal(signal.SIGTERM)
+        _, left = psutil.wait_procs(tree, timeout=timeout)
+        for p in left:
+            try:
+                p.kill()  # psutil checks the PID still names the same process
+                self.killed += 1
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(left, timeout=5)
+        for root in self.roots:
+            root.wait(5)
+
+
+def push_bulk(n):
+    """n no-op jobs for queued (scripts/bench_jobs.py) through the default client."""
+    import bench_jobs
+    for start in range(0, n, 1000):
+        bench_jobs.BenchJob.perform_bulk([[n]] * min(1000, n - start))
+
+
+def _brpop_loop(url, total):
+    r = redis.Redis.from_url(url)
+    while True:
+        item = r.brpop("queue:default", 1)
+        if item is None:
+            return
+        json.loads(item[1])
+        n = r.incr("bench:done")
+        if n == 1 or n == total:
+            r.set("bench:first" if n == 1 else "bench:last", repr(time.time()))
+
+
+def baseline(url, n, concurrency):
+    """The bare at-most-once loop: ``concurrency`` processes that BRPOP a job, parse it and
+    INCR; jobs/s first to last, like the systems under test."""
+    r = redis.Redis.from_url(url)
+    r.flushall()
+    push_bulk(n)
+    procs = [multiprocessing.Process(target=_brpop_loop, args=(url, n)) for _ in range(concurrency)]
+    for p in procs:
+        p.start()
+    last = wait_key(r, "bench:last")
+    first = float(r.get("bench:first"))
+    for p in procs:
+        p.join()
+    return n / (last - first)
