@@ -2,6 +2,7 @@
 or not there yet when the daemon boots. The daemon waits, logs the outage once, carries on,
 and loses nothing."""
 import time
+from contextlib import contextmanager
 
 import queued
 from faults import faultjobs
@@ -28,6 +29,25 @@ def check_outage_logged_once(out, workers):
     assert "silent for" not in out
 
 
+@contextmanager
+def mid_run(tmp_path, server, concurrency):
+    """A daemon with ``concurrency`` workers a third of the way through JOBS_IN jobs on its
+    own ``server``; both are stopped afterwards. Yields (server, daemon, client, jids,
+    worker pids)."""
+    server.start()
+    d = Daemon(server.url, tmp_path, require=JOBS, concurrency=concurrency)
+    try:
+        c = client(server.url)
+        jids = push(server.url, JOBS_IN)
+        d.start()
+        workers = all_workers(d, concurrency)
+        wait_for(lambda: done_count(c) >= JOBS_IN // 3, 60, what="a third of the jobs")
+        yield server, d, c, jids, workers
+    finally:
+        d.cleanup()
+        server.stop()
+
+
 def carries_on_without_loss(c, jids, since: float):
     """After an outage: every job runs to the end, none twice, nothing left held or queued.
     Returns (seconds to the first finished job, seconds to the last, the tally)."""
@@ -45,15 +65,7 @@ def carries_on_without_loss(c, jids, since: float):
 def test_redis_restarted_mid_run_loses_nothing(tmp_path):
     # Given a daemon (3 workers) working through 1500 jobs on a Redis that persists every
     # write (appendonly, appendfsync always)
-    server = OwnRedis()
-    server.start()
-    d = Daemon(server.url, tmp_path, require=JOBS, concurrency=3)
-    try:
-        c = client(server.url)
-        jids = push(server.url, JOBS_IN)
-        d.start()
-        workers = all_workers(d, 3)
-        wait_for(lambda: done_count(c) >= JOBS_IN // 3, 60, what="a third of the jobs")
+    with mid_run(tmp_path, OwnRedis(), 3) as (server, d, c, jids, workers):
         # When Redis is shut down (SIGTERM: it writes its data), and started again on the
         # same port and directory a second later
         server.shutdown()
@@ -75,22 +87,11 @@ def test_redis_restarted_mid_run_loses_nothing(tmp_path):
                f"first job done {resumed * 1000:.0f} ms after Redis was back, all "
                f"{finished:.1f} s (every write fsynced); outage logged once per process; "
                "no worker replaced")
-    finally:
-        d.cleanup()
-        server.stop()
 
 
 def test_redis_frozen_for_10_seconds_mid_run_loses_nothing(tmp_path):
     # Given a daemon (2 workers) working through 1500 jobs
-    server = OwnRedis(persist=False)
-    server.start()
-    d = Daemon(server.url, tmp_path, require=JOBS, concurrency=2)
-    try:
-        c = client(server.url)
-        jids = push(server.url, JOBS_IN)
-        d.start()
-        workers = all_workers(d, 2)
-        wait_for(lambda: done_count(c) >= JOBS_IN // 3, 60, what="a third of the jobs")
+    with mid_run(tmp_path, OwnRedis(persist=False), 2) as (server, d, c, jids, workers):
         # When Redis is frozen (SIGSTOP) for 10 s, then resumed
         server.freeze()
         time.sleep(10)  # the freeze lasts 10 s, by design
@@ -109,9 +110,6 @@ def test_redis_frozen_for_10_seconds_mid_run_loses_nothing(tmp_path):
                len(tally.run), len(tally.lost), len(tally.twice),
                f"first job done {resumed * 1000:.0f} ms after the thaw, all {finished:.1f} s; "
                "no worker killed or replaced")
-    finally:
-        d.cleanup()
-        server.stop()
 
 
 def test_redis_unreachable_at_boot_waits_logs_once_then_runs_every_job(tmp_path):
@@ -155,15 +153,7 @@ def test_redis_unreachable_at_boot_waits_logs_once_then_runs_every_job(tmp_path)
 
 def test_redis_refusing_writes_for_a_while_loses_nothing(tmp_path):
     # Given a daemon (2 workers) working through 1500 jobs
-    server = OwnRedis(persist=False)
-    server.start()
-    d = Daemon(server.url, tmp_path, require=JOBS, concurrency=2)
-    try:
-        c = client(server.url)
-        jids = push(server.url, JOBS_IN)
-        d.start()
-        workers = all_workers(d, 2)
-        wait_for(lambda: done_count(c) >= JOBS_IN // 3, 60, what="a third of the jobs")
+    with mid_run(tmp_path, OwnRedis(persist=False), 2) as (server, d, c, jids, workers):
         # When Redis refuses every write for 3 s (it wants a replica it does not have:
         # NOREPLICAS, as it answers MISCONF when it cannot write to its disk)
         c.config_set("min-replicas-to-write", 1)
@@ -204,6 +194,3 @@ def test_redis_refusing_writes_for_a_while_loses_nothing(tmp_path):
                f"first job done {resumed * 1000:.0f} ms after writes were allowed again; 100 "
                f"jobs pushed after the idle refusal done in {idle_resumed:.1f} s; logged once "
                "per refusal per process; no process crashed")
-    finally:
-        d.cleanup()
-        server.stop()
