@@ -80,6 +80,8 @@ class Client:
 
     def __init__(self, redis: redis_lib.Redis | None = None, *, url: str | None = None,
                  namespace: str | None = None):
+        #: Made here from a URL (so ours to replace in a worker: dedicate_job_connection).
+        self.owns_redis = redis is None
         if redis is None:
             redis = redis_lib.Redis.from_url(url or os.environ.get("REDIS_URL") or DEFAULT_URL)
         self.redis = redis
@@ -312,13 +314,20 @@ class Client:
         except IndexError:
             pool = self.redis.connection_pool
             return pool.connection_class(**pool.connection_kwargs)
-        sock = getattr(conn, "_sock", None)
-        if sock is not None:
-            probe = select.poll()
-            probe.register(sock, select.POLLIN)
-            if probe.poll(0):  # readable while idle: end of file, or data nobody asked for
-                conn.disconnect()
+        if _closed_while_idle(conn):
+            conn.disconnect()
         return conn
+
+
+def _closed_while_idle(conn: Any) -> bool:
+    """True if an idle connection's socket is readable: end of file (the server closed it), or
+    data nobody asked for. Either way it must not carry the next command."""
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        return False
+    probe = select.poll()
+    probe.register(sock, select.POLLIN)
+    return bool(probe.poll(0))
 
 
 def _quote(jid: str) -> str:
@@ -408,5 +417,48 @@ def default_client() -> Client:
 
 def get_redis() -> redis_lib.Redis:
     """The redis-py client of the default client: inside a job, the same server the daemon
-    fetched the job from. For the job's own keys (no namespace is applied to them)."""
+    fetched the job from. For the job's own keys (no namespace is applied to them).
+
+    In a worker process it is a client with one dedicated connection (see
+    ``dedicate_job_connection``): threads a job starts share that connection, one command at
+    a time; give them clients of their own if they talk to Redis a lot."""
     return default_client().redis
+
+
+# --- job code's connection in a worker ---------------------------------------------------------
+#
+# A worker runs one job at a time, so the job's get_redis() needs one connection, not a pool.
+# A pooled redis-py client checks a connection out and back in around every command (two lock
+# round trips, a connect check and a readability check: three system calls); for a job that
+# does one INCR that is a third of its cost. A single-connection client skips all of it but
+# would send the first command after a Redis restart on the dead socket and fail the job; the
+# connection class below makes the pool's readability check (one poll) before each send instead.
+
+class _ProbedConnection:
+    """Mixed into the pool's own connection class (TCP, unix socket or TLS)."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if _closed_while_idle(self):
+            self.disconnect()  # the send below connects afresh
+        super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+
+def dedicate_job_connection() -> None:
+    """Give the default client's redis-py client one dedicated connection, if queued made that
+    client from a URL (one the application passed to ``configure(redis=...)`` is left as it
+    is). Called once by each worker process after fork; job code sees it through
+    ``get_redis()``. If Redis cannot be reached right now, the pooled client stays: it works
+    the same, only slower."""
+    c = _default
+    if c is None or not c.owns_redis:
+        return
+    pool = c.redis.connection_pool
+    kind = pool.connection_class
+    probed = type("Probed" + kind.__name__, (_ProbedConnection, kind), {})
+    try:
+        c.redis = redis_lib.Redis(
+            connection_pool=redis_lib.ConnectionPool(connection_class=probed,
+                                                     **pool.connection_kwargs),
+            single_connection_client=True)  # connects now
+    except (redis_lib.ConnectionError, redis_lib.TimeoutError, OSError):
+        pass

@@ -23,7 +23,7 @@ import redis
 
 from . import log as logsetup
 from . import payload as codec
-from . import activejob, events, retry, titles
+from . import activejob, client, events, retry, titles
 from .errors import JobTimeout, PayloadError, UnknownJobClass
 from .fetch import Fetcher, Reservation
 from .job import registry
@@ -101,6 +101,7 @@ class Worker:
         random.seed()
         logsetup.retag(f"w{self.slot}")
         self.writer = SlotWriter(self.table, self.slot, os.getpid())
+        client.dedicate_job_connection()
         cfg = self.config
         self.fetcher = Fetcher(
             cfg.redis_url, self.keys, self.identity, self.slot, cfg.queue_names,

@@ -554,3 +554,38 @@ def test_failover_error_reconnects_and_retries_once():
     assert fr.connection_pool.disconnects == 1
     with pytest.raises(redis_lib.ReadOnlyError):
         Client(FakeRedis(2)).push_raw("q", "{}")
+
+
+# --- job code's dedicated connection in a worker -----------------------------------------------
+
+def test_dedicated_job_connection_is_one_connection_that_survives_a_server_close(default_client, r):
+    """In a worker, get_redis() holds one connection (no pool checkout per command). When the
+    server closes it while idle (a Redis restart, CLIENT KILL), the next command reconnects
+    instead of failing the job that sends it."""
+    client_mod.dedicate_job_connection()
+    jr = client_mod.get_redis()
+    assert jr is default_client.redis and jr.connection is not None
+    assert jr.incr("dedicated") == 1
+    first = jr.connection
+    r.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    time.sleep(0.05)  # let the close reach our socket
+    assert jr.incr("dedicated") == 2  # no ConnectionError
+    assert jr.connection is first
+    with jr.pipeline() as pipe:  # pipelines use the same connection
+        assert pipe.incr("dedicated").get("dedicated").execute() == [3, b"3"]
+
+
+def test_dedicated_job_connection_keeps_a_client_the_application_passed(redis_url, monkeypatch):
+    mine = redis_lib.Redis.from_url(redis_url)
+    monkeypatch.setattr(client_mod, "_default", None)
+    client_mod.configure(redis=mine)
+    client_mod.dedicate_job_connection()
+    assert client_mod.get_redis() is mine
+
+
+def test_dedicated_job_connection_falls_back_to_the_pool_when_redis_is_away(monkeypatch):
+    from tests.conftest import free_port
+    monkeypatch.setattr(client_mod, "_default", None)
+    pooled = client_mod.configure(url=f"redis://127.0.0.1:{free_port()}/0").redis
+    client_mod.dedicate_job_connection()  # no exception: nothing listens there
+    assert client_mod.get_redis() is pooled
