@@ -455,6 +455,25 @@ def test_an_ack_during_an_outage_is_kept_and_sent_later(r, fetcher):
     assert r.zcard(RESERVED) == 0
 
 
+def test_reserve_and_ack_batches_larger_than_one_command_takes(r, make_fetcher):
+    """reserve.lua passes acks, pops and adds many at a time (one ZREM, one RPOP with a count,
+    one ZADD), in chunks of 1,000 arguments because Lua's unpack() is bounded: a batch of
+    1,200 crosses the chunk edges of all three and loses or repeats nothing."""
+    f = make_fetcher(queues=("a", "b"))  # strict: all of a, then b
+    r.lpush("queue:a", *(job(i, "a") for i in range(700)))
+    r.lpush("queue:b", *(job(i, "b") for i in range(700, 1500)))
+    got = f.reserve(1200)
+    assert [g.payload for g in got] == [job(i, "a") for i in range(700)] + \
+        [job(i, "b") for i in range(700, 1200)]
+    assert r.zcard(RESERVED) == 1200 and r.llen("queue:a") == 0 and r.llen("queue:b") == 300
+    assert [m for m, _ in reserved(r)] == [g.member for g in got]  # scores in run order
+    for g in got:
+        f.ack(g)
+    rest = f.reserve(1000)
+    assert [g.payload for g in rest] == [job(i, "b") for i in range(1200, 1500)]
+    assert r.zcard(RESERVED) == 300  # the 1,200 acks all found their reservation
+
+
 def test_reserve_survives_a_script_flush(r, fetcher):
     r.lpush("queue:default", job(1), job(2))
     (first,) = fetcher.reserve(1)
