@@ -13,6 +13,13 @@ finished jobs are acked without waiting for the reply (``send_acks``: one write,
 read with the next call), so they never stay reserved while a long job runs; before a job
 known to be short they ride with the next reserve call. A worker killed before a finished
 job's ack went out runs that job again; at-least-once allows it and docs/operating.md says so.
+
+A job that arrives while the worker is idle is started from BLMOVE's reply: the reserve call
+that moves it from the landing list into the reserved zset is sent, and its reply read only
+when the job has run (``reserve_landed`` / ``claim``). That is one round trip less between a
+push and the job's start. The job is in Redis all along (landing list, then reserved zset).
+If the reply is lost (the connection broke while the job ran), a job that succeeded is
+remembered and acked when the next reserve hands it back, so it does not run twice.
 """
 from __future__ import annotations
 
@@ -33,6 +40,13 @@ class Reservation(NamedTuple):
     member: bytes   # exact bytes in the reserved zset (ack and fail remove exactly these)
     queue: str      # the queue the job was taken from (Sidekiq: this, not payload["queue"])
     payload: bytes  # the job JSON exactly as the producer wrote it
+
+
+class _Sent(NamedTuple):
+    n: int
+    keys: list
+    args: list
+    acks: list[bytes]
 
 
 def split_member(member: bytes) -> tuple[str, bytes]:
@@ -92,6 +106,9 @@ class Fetcher:
         self.bad_queues: list[str] = []
         #: Whether the last reserve tried every queue (it found no job: the check is complete).
         self.checked_all = False
+        self._sent: _Sent | None = None  # a reserve call sent whose reply is still unread
+        self._taken: list[Reservation] = []  # read from that reply, not claimed yet
+        self._finished: list[bytes] = []  # payloads run whose reservation reply was lost
 
     # --- the dedicated connection ---------------------------------------------------------
     def _connection(self):
@@ -102,6 +119,7 @@ class Fetcher:
     def _call(self, *args, with_acks: bool = True):
         """One command on the worker's own connection; pending acks ride in the same write
         (reserve passes them inside the script instead)."""
+        self._settle()
         conn = self._connection()
         commands = [args]
         if self._acks and with_acks:
@@ -153,8 +171,8 @@ class Fetcher:
         jobs of a batch stayed reserved while its later jobs ran, however long they took, and
         ran again if the worker died meanwhile. Never raises: on a connection error the acks
         stay pending and go out with the next call."""
-        if not self._acks:
-            return
+        if not self._acks or self._sent is not None:
+            return  # (with a reserve reply unread, they go out with the next call)
         members, self._acks = self._acks, []
         self._unread.append(members)
         try:
@@ -165,6 +183,9 @@ class Fetcher:
     def reset_connection(self) -> None:
         """Drop the connection after an error or an interrupted blocking read. Unsent acks
         stay pending and go out with the next call (ZREM is idempotent)."""
+        if self._sent is not None:
+            self._unread.insert(0, self._sent.acks)
+            self._sent = None
         self._acks = [m for members in self._unread for m in members] + self._acks
         self._unread = []
         self._acks_uncertain = bool(self._acks)
@@ -187,6 +208,47 @@ class Fetcher:
         The caller must hold nothing of this slot but the finished jobs it acks: whatever
         else the slot holds is returned first (adopted: reserve.lua says why). Queues whose
         key is not a list are skipped and named in ``bad_queues``."""
+        self._settle()
+        if self._taken:  # handed over by the last call and not run yet: run these first
+            taken, self._taken = self._taken, []
+            self.bad_queues, self.checked_all = [], False
+            return taken
+        return self._take(self._send_reserve(n, landing_queue))
+
+    def reserve_landed(self) -> None:
+        """After ``block()`` landed a job: send the reserve call that moves it into the
+        reserved zset, without waiting. The worker runs the job meanwhile and calls
+        ``claim`` before it acks or fails it."""
+        self._settle()
+        self._sent = self._send_reserve(1, self.block_queue)
+
+    def claim(self, payload: bytes, succeeded: bool) -> Reservation | None:
+        """The reservation of a job started from ``block()``'s reply (None if it is not to be
+        had: then the job will be handed out again, and a job that succeeded is acked
+        instead of run when that happens). Never raises; errors are logged."""
+        try:
+            self._settle()
+        except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError) as e:
+            if succeeded:
+                self._finished.append(payload)
+            log.warning("the reservation of a job started as it landed was not confirmed "
+                        "(%s); %s", e, "it is acked when handed back" if succeeded
+                        else "it will run again")
+            return None
+        for i, res in enumerate(self._taken):
+            if res.payload == payload:
+                return self._taken.pop(i)
+        log.warning("a job started as it landed had lost its reservation (recovered after a "
+                    "lease expiry); it may run again")
+        return None
+
+    def _settle(self) -> None:
+        """Read the reply of a reserve call sent ahead, so the connection is in step."""
+        if self._sent is not None:
+            sent, self._sent = self._sent, None
+            self._taken.extend(self._take(sent))
+
+    def _send_reserve(self, n: int, landing_queue: str | None) -> "_Sent":
         landing_queue = landing_queue or self.block_queue
         keys = [self.reserved_key, self.landings[landing_queue], *self.queue_keys]
         if self._unread:
@@ -196,28 +258,61 @@ class Fetcher:
         acks, self._acks = self._acks, []
         args = [n, len(self.queues), landing_queue, len(acks), *acks, *self.queues,
                 *fetch_orders(self.queues, self.weighted, self.strict, n, self.rng)]
+        sent = _Sent(n, keys, args, acks)
         try:
-            reply = self._script(RESERVE, keys, args, with_acks=False)
+            conn = self._connection()
+            conn.send_packed_command(conn.pack_command(*RESERVE.command(keys, args)))
         except BaseException:
-            self._acks = acks + self._acks  # not written (or not known to be): send again
-            self._acks_uncertain = self._acks_uncertain or bool(acks)
+            self._unsent(sent)
             raise
-        self._acked(len(acks), reply[0])
+        return sent
+
+    def _take(self, sent: "_Sent") -> list[Reservation]:
+        """Read the reply of ``sent`` (sending it again as EVAL if Redis lost the script)."""
+        try:
+            try:
+                reply = self._connection().read_response()
+            except redis.exceptions.NoScriptError:
+                reply = self._call(*RESERVE.eval_command(sent.keys, sent.args), with_acks=False)
+        except BaseException as e:
+            if isinstance(e, (redis.ConnectionError, redis.TimeoutError, OSError)):
+                self.reset_connection()
+            self._unsent(sent)
+            raise
+        self._acked(len(sent.acks), reply[0])
         self.bad_queues = [q.decode("utf-8", "replace") for q in reply[1]]
         members = reply[3:]
-        self.checked_all = len(members) < n
+        self.checked_all = len(members) < sent.n
         if reply[2]:
             log.warning("%d job(s) reserved by a call whose reply was lost (the connection "
                         "broke) are run now", reply[2])
-        return [Reservation(m, *split_member(m)) for m in members]
+        got = [Reservation(m, *split_member(m)) for m in members]
+        if self._finished:
+            got = [res for res in got if not self._done_already(res)]
+        return got
 
-    def block(self) -> bool:
-        """Wait for a job on this slot's queue; True when one landed. BLMOVE keeps it in Redis
-        (the landing list) the whole time, so nothing is lost if the worker dies now."""
+    def _unsent(self, sent: "_Sent") -> None:
+        """A reserve call that failed, or whose reply is unknown: its acks go out again."""
+        if sent.acks:
+            self._acks = sent.acks + self._acks
+            self._acks_uncertain = True
+
+    def _done_already(self, res: Reservation) -> bool:
+        """A job that ran to success while its reservation reply was lost: ack, do not run."""
+        try:
+            self._finished.remove(res.payload)
+        except ValueError:
+            return False
+        self._acks.append(res.member)
+        return True
+
+    def block(self) -> bytes | None:
+        """Wait for a job on this slot's queue; the payload that landed, or None. BLMOVE keeps
+        it in Redis (the landing list) the whole time, so nothing is lost if the worker dies
+        now."""
         q = self.block_queue
-        got = self._call("BLMOVE", self.keys.queue(q), self.landings[q], "RIGHT", "LEFT",
+        return self._call("BLMOVE", self.keys.queue(q), self.landings[q], "RIGHT", "LEFT",
                           self.block_seconds)
-        return got is not None
 
     def ack(self, res: Reservation) -> None:
         """Mark a job finished; its ZREM goes out with the next call on this connection."""
@@ -225,6 +320,7 @@ class Fetcher:
 
     def flush(self) -> None:
         """Send pending acks now (before the worker exits or blocks)."""
+        self._settle()
         if self._acks or self._unread:
             conn = self._connection()
             try:

@@ -164,10 +164,13 @@ class Worker:
             # Not if TERM came while we blocked: the landed job stays in the landing list
             # and the master puts it back when we exit. On a loaded host a quiet worker
             # handled its TERM only after BLMOVE had landed a job pushed after the quiet.
-            if self._block() and not self.stopping:
-                jobs = self.fetcher.reserve(1, self.fetcher.block_queue)
-            if not jobs:
+            landed = self._block()
+            if landed is None or self.stopping:
                 return
+            # Start it at once: the call that reserves it goes out now and its reply is read
+            # when the job is done (fetch.py's header says why this is safe).
+            self.fetcher.reserve_landed()
+            jobs = [Reservation(b"", self.fetcher.block_queue, landed)]
         started = time.monotonic()
         done = 0
         for res in jobs:
@@ -177,11 +180,12 @@ class Worker:
             done += 1
         self._adapt(len(jobs), done, time.monotonic() - started)
 
-    def _block(self) -> bool:
+    def _block(self) -> bytes | None:
+        """Wait for a job on this worker's queue; the payload that landed, or None."""
         self.blocking = True
         try:
             if self.stopping:
-                return False
+                return None
             return self.fetcher.block()
         except redis.ResponseError as e:
             # The queue this worker blocks on has a key of the wrong type: BLMOVE fails at
@@ -193,7 +197,7 @@ class Worker:
                 raise
             self._bad_queue(self.fetcher.block_queue)
             time.sleep(self.fetcher.block_seconds)
-            return False
+            return None
         finally:
             self.blocking = False
 
@@ -254,7 +258,9 @@ class Worker:
         elapsed = time.monotonic() - start
         self._learn(msg["class"], elapsed)
         if error is None:
-            self.fetcher.ack(res)
+            claimed = self._claimed(res, True)
+            if claimed is not None:
+                self.fetcher.ack(claimed)
             self._hook(job, "after_succeeded")
             if self.config.job_logging:
                 log.info("class=%s jid=%s elapsed=%.3f done", msg["class"], msg["jid"], elapsed)
@@ -318,9 +324,17 @@ class Worker:
         self._record(res, "dead", time.time(), res.payload)
         self.writer.end(True)
 
+    def _claimed(self, res: Reservation, succeeded: bool) -> Reservation | None:
+        """The reservation to ack or fail: a job started as it landed gets it only now."""
+        return res if res.member else self.fetcher.claim(res.payload, succeeded)
+
     def _record(self, res: Reservation, kind: str, score: float, data) -> None:
         """Write a failure; during a Redis outage keep trying (the job stays reserved until
         this succeeds, and the master requeues it if we exit first)."""
+        claimed = self._claimed(res, False)
+        if claimed is None:
+            return  # not confirmed as ours: it is handed out again and runs again
+        res = claimed
         backoff = BACKOFF_START
         while True:
             try:

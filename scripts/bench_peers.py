@@ -16,7 +16,9 @@ round) so machine noise hits all alike, and each step starts from FLUSHALL:
 3. throughput: start the system, jobs/s = jobs / (finish of the last job - finish of the first),
    as SIDEKIQ_FORMAT.md section 9; then PSS of its process tree 1 s after the last job; stop;
 
-then the bare loop, and then, per system, on a freshly started one:
+then the bare loop and a bare PING loop on a raw socket (the round-trip ceiling of any
+one-by-one producer at that moment: on a VM it moves with the host's load), and then, per
+system, on a freshly started one:
 
 4. PSS of the whole process tree, idle (after 5 warm-up jobs and 1 s);
 5. pickup latency: ``--samples`` jobs enqueued one at a time, 20 ms apart; each records
@@ -44,8 +46,8 @@ import time
 import redis
 
 import queued
-from benchlib import (HERE, ROOT, ProcessTree, RedisServer, baseline, collect, pct,
-                      write_queued_config)
+from benchlib import (HERE, ROOT, ProcessTree, RedisServer, bare_round_trips, baseline,
+                      collect, pct, write_queued_config)
 
 PEERS_DIR = os.path.join(HERE, "peers")
 #: What the peers' virtualenv holds. Pinned so that a rerun measures the same code; hiredis
@@ -203,7 +205,7 @@ def versions(venv_bin: str, r) -> dict:
     return out
 
 
-def summarize(systems, results, bare, args) -> list[dict]:
+def summarize(systems, results, bare, pings, args) -> list[dict]:
     """One row per system: medians over the runs; latencies over all runs' samples pooled."""
     rows = []
     for s in systems:
@@ -231,8 +233,11 @@ def summarize(systems, results, bare, args) -> list[dict]:
             "failed": results[s.name]["failed"],
         })
     rows.append({"name": "bare BRPOP loop", "how": "2 processes: BRPOP, parse, INCR; "
-                 "at-most-once, no scheduling, for scale", "jobs": args.jobs,
-                 "throughput": statistics.median(bare), "runs": [round(x) for x in bare]})
+                 "at-most-once, no scheduling, for scale; its one-by-one figure is bare PING "
+                 "round trips on a raw socket, the ceiling for any producer that waits for "
+                 "each push's reply", "jobs": args.jobs,
+                 "throughput": statistics.median(bare), "runs": [round(x) for x in bare],
+                 "enqueue_one": statistics.median(pings), "pings": [round(x) for x in pings]})
     return rows
 
 
@@ -274,6 +279,8 @@ def notes(rows, args) -> str:
     out = []
     for row in rows:
         said = [f"throughput runs {', '.join(f'{x:,}' for x in row['runs'])}"]
+        if "pings" in row:
+            said.append(f"PING round trips/s by run {', '.join(f'{x:,}' for x in row['pings'])}")
         if "bulk_api" in row:
             said.append(f"bulk: {row['bulk_api']}")
             if row["early"]:
@@ -313,7 +320,7 @@ def run(args) -> None:
         vers = versions(venv_bin, r)
         print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()), flush=True)
         results = {s.name: {"tp": [], "lat": [], "failed": []} for s in systems}
-        bare = []
+        bare, pings = [], []
         for run_no in range(args.runs):
             order = systems[run_no % len(systems):] + systems[:run_no % len(systems)]
             for s in order:
@@ -324,7 +331,9 @@ def run(args) -> None:
                           f" {x['enqueue_one']:7,.0f}/s one by one, {x['enqueue_bulk']:8,.0f}/s "
                           f"bulk  ({time.time() - t0:.0f} s)", flush=True)
             bare.append(baseline(server.url, args.jobs, 2))
-            print(f"run {run_no + 1} bare BRPOP loop {bare[-1]:8,.0f} jobs/s", flush=True)
+            pings.append(bare_round_trips(server.url, args.enqueue_jobs))
+            print(f"run {run_no + 1} bare BRPOP loop {bare[-1]:8,.0f} jobs/s; bare PING round "
+                  f"trips {pings[-1]:7,.0f}/s one by one", flush=True)
             for s in order:
                 t0 = time.time()
                 x = attempt(latency_step, s, r, args, results, "lat", run_no)
@@ -335,13 +344,13 @@ def run(args) -> None:
     finally:
         os.unlink(cfg)
         server.stop()
-    rows = summarize(systems, results, bare, args)
+    rows = summarize(systems, results, bare, pings, args)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     os.makedirs(os.path.join(ROOT, "var"), exist_ok=True)
     out = os.path.join(ROOT, "var", f"bench-peers-{stamp}.json")
     with open(out, "w") as f:
         json.dump({"args": vars(args), "versions": vers, "rows": rows, "raw": results,
-                   "bare": bare}, f, indent=1)
+                   "bare": bare, "pings": pings}, f, indent=1)
     print(f"\n{args.jobs:,} jobs x {args.runs} runs, {args.samples} latency samples per system "
           f"and run, {time.time() - t_start:.0f} s in all; raw figures in "
           f"{os.path.relpath(out, ROOT)}")

@@ -153,6 +153,22 @@ def _brpop_loop(url, total):
             r.set("bench:first" if n == 1 else "bench:last", repr(time.time()))
 
 
+def bare_round_trips(url, n=5000) -> float:
+    """The one-by-one ceiling: ``n`` PINGs, one at a time, on a held socket with no client
+    library; round trips/s from the end of the first to the end of the last (timed as the
+    enqueue rates are). No producer pushing one job per round trip can beat it right now."""
+    host, port = redis.connection.parse_url(url)["host"], redis.connection.parse_url(url)["port"]
+    with socket.create_connection((host, port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(n):
+            if i == 1:
+                t0 = time.perf_counter()
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            if sock.recv(64) != b"+PONG\r\n":
+                raise RuntimeError("unexpected reply to PING")
+        return (n - 1) / (time.perf_counter() - t0)
+
+
 def baseline(url, n, concurrency):
     """The bare at-most-once loop: ``concurrency`` processes that BRPOP a job, parse it and
     INCR; jobs/s first to last, like the systems under test."""

@@ -256,8 +256,8 @@ def test_block_wakes_when_a_job_is_pushed_and_lands_it(r, redis_url, make_fetche
     elapsed = time.monotonic() - t0
     t.join(5)
     pusher.close()
-    # Then block returns True at once, the job sits in the slot's landing list ...
-    assert woke is True
+    # Then block returns the job's bytes at once, the job sits in the slot's landing list ...
+    assert woke == job(1)
     assert elapsed < 1.5
     landing = K.landing(IDENTITY, 0, "default")
     assert r.lrange(landing, 0, -1) == [job(1)]
@@ -269,9 +269,9 @@ def test_block_wakes_when_a_job_is_pushed_and_lands_it(r, redis_url, make_fetche
     assert r.zrange(RESERVED, 0, -1) == [res.member]
 
 
-def test_block_returns_false_after_the_block_timeout(r, fetcher):
+def test_block_returns_none_after_the_block_timeout(r, fetcher):
     t0 = time.monotonic()
-    assert fetcher.block() is False
+    assert fetcher.block() is None
     elapsed = time.monotonic() - t0
     assert 0.15 <= elapsed < 1.5
     assert r.llen(K.landing(IDENTITY, 0, "default")) == 0
@@ -279,10 +279,69 @@ def test_block_returns_false_after_the_block_timeout(r, fetcher):
 
 def test_landed_jobs_come_first_in_the_next_reserve(r, fetcher):
     r.lpush("queue:default", job(1))
-    assert fetcher.block() is True
+    assert fetcher.block() == job(1)
     r.lpush("queue:default", job(2))
     got = fetcher.reserve(2)
     assert [g.payload for g in got] == [job(1), job(2)]
+
+
+# --- a job started as it landed (reserve_landed + claim) -----------------------------------------
+
+def test_a_landed_job_is_reserved_without_waiting_and_claimed_after_it_ran(r, fetcher):
+    # Given a finished job whose ack is pending, and a job that landed while the worker idled
+    r.lpush("queue:default", job(0))
+    (done,) = fetcher.reserve(1)
+    fetcher.ack(done)
+    r.lpush("queue:default", job(1))
+    landed = fetcher.block()
+    # When the reserve call is sent (the ack rides in it) and the job runs meanwhile
+    fetcher.reserve_landed()
+    # Then nothing else goes out on the connection before its reply is read
+    fetcher.send_acks()
+    # And claiming the job reads the reply: the job is reserved, the ack went through
+    res = fetcher.claim(landed, succeeded=True)
+    assert res is not None and res.payload == job(1) and res.queue == "default"
+    assert r.zrange(RESERVED, 0, -1) == [res.member]
+    assert r.llen(K.landing(IDENTITY, 0, "default")) == 0
+    fetcher.ack(res)
+    assert fetcher.reserve(5) == [] and r.zcard(RESERVED) == 0
+
+
+def test_jobs_adopted_with_a_landed_job_come_out_of_the_next_reserve(r, fetcher):
+    # Given a reservation whose reply was lost earlier (it sits in the zset, unknown to us)
+    r.zadd(RESERVED, {b"default\0lost\0" + job(7): 1})
+    r.lpush("queue:default", job(1))
+    landed = fetcher.block()
+    fetcher.reserve_landed()
+    # When the landed job is claimed, the adopted one is kept for the next reserve
+    assert fetcher.claim(landed, succeeded=True).payload == job(1)
+    assert [g.payload for g in fetcher.reserve(5)] == [job(7)]
+
+
+def test_a_landed_job_whose_reply_was_lost_is_acked_not_run_again(r, fetcher):
+    # Given a landed job started at once, and its reserve reply lost (connection killed)
+    r.lpush("queue:default", job(1))
+    landed = fetcher.block()
+    fetcher.reserve_landed()
+    time.sleep(0.05)  # let Redis run the call before the connection goes
+    fetcher._conn._sock.close()
+    # When the job succeeded and is claimed: no reservation, nothing raised
+    assert fetcher.claim(landed, succeeded=True) is None
+    # Then the next reserve acks it when Redis hands it back, instead of running it twice
+    r.lpush("queue:default", job(2))
+    assert [g.payload for g in fetcher.reserve(5)] == [job(2)]
+    fetcher.flush()
+    assert [m.split(b"\0")[-1] for m in r.zrange(RESERVED, 0, -1)] == [job(2)]
+
+
+def test_a_landed_job_that_failed_and_lost_its_reply_runs_again(r, fetcher):
+    r.lpush("queue:default", job(1))
+    landed = fetcher.block()
+    fetcher.reserve_landed()
+    time.sleep(0.05)
+    fetcher._conn._sock.close()
+    assert fetcher.claim(landed, succeeded=False) is None
+    assert [g.payload for g in fetcher.reserve(5)] == [job(1)]
 
 
 def test_idle_slots_spread_over_the_queues(make_fetcher):
@@ -490,7 +549,7 @@ def test_an_ack_goes_out_before_the_worker_blocks(r, fetcher):
     r.lpush("queue:default", job(1))
     (a,) = fetcher.reserve(1)
     fetcher.ack(a)
-    assert fetcher.block() is False  # idle for block_seconds with nothing acked would be wrong
+    assert fetcher.block() is None  # idle for block_seconds with nothing acked would be wrong
     assert r.zcard(RESERVED) == 0
 
 
@@ -547,7 +606,7 @@ def test_send_acks_then_flush_reads_every_reply(r, fetcher, caplog):
     warnings = [x for x in caplog.records
                 if x.name == "queued.fetch" and x.levelno == logging.WARNING]
     assert len(warnings) == 1  # one for a, none for b
-    assert fetcher.block() is False  # and the connection is still in step
+    assert fetcher.block() is None  # and the connection is still in step
 
 
 def test_acks_sent_ahead_survive_a_reset(r, fetcher):
@@ -645,15 +704,17 @@ def test_block_on_a_queue_whose_key_is_not_a_list_raises_and_the_connection_stay
 # the slot, and the worker's next reserve hands them over instead of leaving them stranded.
 
 def _lose_the_next_reply(fetcher):
-    real = fetcher._script
+    """The next reserve call runs in Redis, and its reply is lost with the connection."""
+    real = fetcher._take
 
-    def lossy(*args, **kwargs):
-        real(*args, **kwargs)
-        fetcher._script = real
+    def lossy(sent):
+        fetcher._connection().read_response()  # Redis ran it; the reply goes nowhere
+        fetcher._take = real
         fetcher.reset_connection()
+        fetcher._unsent(sent)
         raise redis_lib.ConnectionError("connection closed by server")
 
-    fetcher._script = lossy
+    fetcher._take = lossy
 
 
 def test_jobs_reserved_by_a_call_whose_reply_was_lost_are_handed_over_next(
@@ -716,7 +777,7 @@ def test_an_ack_redis_refuses_stays_pending_and_the_connection_stays_in_step(
     got = fetcher.reserve(1)
     assert [g.member for g in got] == [b.member]  # b, still held, handed back
     assert r.zrange(RESERVED, 0, -1) == [b.member]
-    assert fetcher.block() is False  # and the connection is still in step
+    assert fetcher.block() is None  # and the connection is still in step
 
 
 def test_a_reserve_that_timed_out_on_a_frozen_redis_is_handed_over_once_it_runs(

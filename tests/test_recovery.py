@@ -99,7 +99,7 @@ def test_requeue_slot_puts_landed_jobs_back(r, make_fetcher):
     # Given a job BLMOVEd into the slot's landing list (the worker died before reserving it)
     f = make_fetcher()
     r.lpush("queue:default", job(1))
-    assert f.block() is True
+    assert f.block() is not None
     r.lpush("queue:default", job(2))
     # When the slot is requeued
     moved = recovery.requeue_slot(r, K, ME, 0, ["default"])
@@ -263,7 +263,7 @@ def test_reap_expired_uses_the_registered_queues(r, make_fetcher):
     r.lpush("queue:low", job(2, "low"))
     f.reserve(2)
     r.lpush("queue:high", job(3, "high"))
-    assert f.block() is True  # slot 0 blocks on "high"
+    assert f.block() is not None  # slot 0 blocks on "high"
     r.delete(K.lease(OTHER))
     # When it is reaped, each job goes back to the queue it came from
     assert recovery.reap_expired(r, K) == [(OTHER, 3)]
@@ -367,7 +367,7 @@ def test_a_job_whose_queue_key_is_not_a_list_goes_to_dead_and_the_rest_go_back(
     r.lpush("queue:default", job(2, "default"))
     assert len(f.reserve(2)) == 2
     r.lpush("queue:broken", job(3, "broken"))
-    assert f.block() is True  # slot 0 blocks on "broken": job 3 is in its landing list
+    assert f.block() is not None  # slot 0 blocks on "broken": job 3 is in its landing list
     r.set("queue:broken", "x")
     before = r.time()[0]
     # When the slot is requeued
