@@ -35,6 +35,11 @@ from .keys import Keys
 
 log = logging.getLogger("queued.fetch")
 
+#: How many jobs that succeeded while their reservation reply was lost are remembered, to be
+#: acked instead of run when a reserve hands them back (one that never comes back, because
+#: another master recovered it, must not be kept for ever).
+FINISHED_KEPT = 100
+
 
 class Reservation(NamedTuple):
     member: bytes   # exact bytes in the reserved zset (ack and fail remove exactly these)
@@ -231,6 +236,7 @@ class Fetcher:
         except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError) as e:
             if succeeded:
                 self._finished.append(payload)
+                del self._finished[:-FINISHED_KEPT]
             log.warning("the reservation of a job started as it landed was not confirmed "
                         "(%s); %s", e, "it is acked when handed back" if succeeded
                         else "it will run again")
