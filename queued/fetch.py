@@ -97,6 +97,9 @@ class Fetcher:
         # Idle workers spread over the queues, so with as many workers as queues a new job on
         # any queue wakes someone at once; the others are found by the next reserve.
         self.block_queue = self.queues[slot % len(self.queues)]
+        # The queue of the last blocking fetch: the next reserve call empties its landing list,
+        # so a job whose BLMOVE reply was lost is handed over there (reserve.lua: adoption).
+        self._landing_queue = self.block_queue
         self.rng = random.Random()
         self.redis = connection.make_redis(
             url, socket_timeout=block_seconds + connection.SOCKET_TIMEOUT,
@@ -220,12 +223,12 @@ class Fetcher:
             return taken
         return self._take(self._send_reserve(n, landing_queue))
 
-    def reserve_landed(self) -> None:
-        """After ``block()`` landed a job: send the reserve call that moves it into the
+    def reserve_landed(self, queue: str | None = None) -> None:
+        """After ``block(queue)`` landed a job: send the reserve call that moves it into the
         reserved zset, without waiting. The worker runs the job meanwhile and calls
         ``claim`` before it acks or fails it."""
         self._settle()
-        self._sent = self._send_reserve(1, self.block_queue)
+        self._sent = self._send_reserve(1, queue or self.block_queue)
 
     def claim(self, payload: bytes, succeeded: bool) -> Reservation | None:
         """The reservation of a job started from ``block()``'s reply (None if it is not to be
@@ -255,7 +258,7 @@ class Fetcher:
             self._taken.extend(self._take(sent))
 
     def _send_reserve(self, n: int, landing_queue: str | None) -> "_Sent":
-        landing_queue = landing_queue or self.block_queue
+        landing_queue = landing_queue or self._landing_queue
         keys = [self.reserved_key, self.landings[landing_queue], *self.queue_keys]
         if self._unread:
             # First, so an ack sent ahead that Redis refused rides in this call: the script
@@ -312,11 +315,11 @@ class Fetcher:
         self._acks.append(res.member)
         return True
 
-    def block(self) -> bytes | None:
-        """Wait for a job on this slot's queue; the payload that landed, or None. BLMOVE keeps
-        it in Redis (the landing list) the whole time, so nothing is lost if the worker dies
-        now."""
-        q = self.block_queue
+    def block(self, queue: str | None = None) -> bytes | None:
+        """Wait for a job on ``queue`` (by default this slot's own); the payload that landed,
+        or None. BLMOVE keeps it in Redis (the slot's landing list for that queue) the whole
+        time, so nothing is lost if the worker dies now."""
+        q = self._landing_queue = queue or self.block_queue
         return self._call("BLMOVE", self.keys.queue(q), self.landings[q], "RIGHT", "LEFT",
                           self.block_seconds)
 

@@ -27,7 +27,7 @@ from .errors import WORKER_BOOT_ERROR
 from .heartbeat import Heartbeat, new_identity
 from .keys import Keys
 from .scheduler import Scheduler
-from .slots import Notes, SlotTable, SlotWriter
+from .slots import Notes, SlotTable, SlotWriter, Watch
 from .worker import Worker
 
 log = logging.getLogger("queued.master")
@@ -66,6 +66,7 @@ class Master:
         self.started_at = time.time()
         self.table = SlotTable(config.concurrency)
         self.notes = Notes(len(config.queue_names))  # so workers log a broken queue once
+        self.watch = Watch(config.concurrency)  # which queue each idle worker waits on
         self.workers: dict[int, WorkerRecord] = {}       # pid -> record
         self.free: set[int] = set(range(config.concurrency))
         # slot -> (exit status, reason, running jid, its timeout): exited, jobs not yet put back
@@ -270,8 +271,9 @@ class Master:
 
     def _fork(self, slot: int) -> None:
         worker = Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid(),
-                        self.notes)
+                        self.notes, self.watch)
         self.table.reset(slot)
+        self.watch.set(slot, None)  # its previous worker may have died while blocked
         old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
         try:
             pid = os.fork()

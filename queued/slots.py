@@ -178,3 +178,27 @@ class Notes:
             return False
         self._put(i, 0.0)
         return True
+
+
+class Watch:
+    """Which queue each idle worker is blocked on (one anonymous shared mapping, made before
+    fork): BLMOVE waits on one list only, so a worker going idle picks a queue no other idle
+    worker waits on, and a job pushed to any queue wakes someone at once while there are as
+    many idle workers as queues. One 2-byte value per slot (0: not blocked, else queue index
+    + 1), written only by the slot's worker (and by the master while the slot has none), so
+    no lock is needed; a reader may see a value a moment old, which costs at most one
+    worker waiting on a queue another one also waits on."""
+
+    _VALUE = struct.Struct("<H")
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self.mem = mmap.mmap(-1, max(1, slots) * self._VALUE.size)
+
+    def set(self, slot: int, queue: int | None) -> None:
+        self._VALUE.pack_into(self.mem, slot * self._VALUE.size, 0 if queue is None else queue + 1)
+
+    def others(self, slot: int) -> set[int]:
+        """Indexes of the queues the other slots' workers are blocked on."""
+        values = struct.unpack_from(f"<{self.slots}H", self.mem, 0)
+        return {v - 1 for i, v in enumerate(values) if v and i != slot}

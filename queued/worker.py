@@ -28,7 +28,7 @@ from .errors import JobTimeout, PayloadError, UnknownJobClass
 from .fetch import Fetcher, Reservation
 from .job import registry
 from .middleware import server_middleware
-from .slots import Notes, SlotWriter
+from .slots import Notes, SlotWriter, Watch
 from .timeout import job_timeout
 
 log = logging.getLogger("queued.worker")
@@ -55,9 +55,11 @@ class Worker:
     """Built in the master before fork; ``run`` is the child's whole life."""
 
     def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int,
-                 notes: Notes | None = None):
+                 notes: Notes | None = None, watch: Watch | None = None):
         self.config = config
         self.notes = notes if notes is not None else Notes(len(config.queue_names))
+        self.watch = watch if watch is not None else Watch(config.concurrency)
+        self._preference = _idle_preference(config)
         self.keys = keys
         self.identity = identity
         self.slot = slot
@@ -164,13 +166,14 @@ class Worker:
             # Not if TERM came while we blocked: the landed job stays in the landing list
             # and the master puts it back when we exit. On a loaded host a quiet worker
             # handled its TERM only after BLMOVE had landed a job pushed after the quiet.
-            landed = self._block()
+            queue = self._idle_queue()
+            landed = self._block(queue)
             if landed is None or self.stopping:
                 return
             # Start it at once: the call that reserves it goes out now and its reply is read
             # when the job is done (fetch.py's header says why this is safe).
-            self.fetcher.reserve_landed()
-            jobs = [Reservation(b"", self.fetcher.block_queue, landed)]
+            self.fetcher.reserve_landed(queue)
+            jobs = [Reservation(b"", queue, landed)]
         started = time.monotonic()
         done = 0
         for res in jobs:
@@ -180,13 +183,26 @@ class Worker:
             done += 1
         self._adapt(len(jobs), done, time.monotonic() - started)
 
-    def _block(self) -> bytes | None:
-        """Wait for a job on this worker's queue; the payload that landed, or None."""
+    def _idle_queue(self) -> str:
+        """The queue to wait on: the first (in priority order) that no other idle worker waits
+        on, else this slot's own. BLMOVE waits on one list, where Sidekiq's BRPOP waits on all
+        of them; sharing the queues out keeps a push to any queue waking a worker at once
+        while there are as many idle workers as queues. (A job on a queue nobody waits on is
+        found by the next reserve call: within ``fetch_timeout``, at most 1 s.)"""
+        taken = self.watch.others(self.slot)
+        for i in self._preference:
+            if i not in taken:
+                return self.fetcher.queues[i]
+        return self.fetcher.block_queue
+
+    def _block(self, queue: str) -> bytes | None:
+        """Wait for a job on ``queue``; the payload that landed, or None."""
         self.blocking = True
+        self.watch.set(self.slot, self.fetcher.queues.index(queue))
         try:
             if self.stopping:
                 return None
-            return self.fetcher.block()
+            return self.fetcher.block(queue)
         except redis.ResponseError as e:
             # The queue this worker blocks on has a key of the wrong type: BLMOVE fails at
             # once, every time. It used to crash the worker, and each replacement crashed the
@@ -195,11 +211,12 @@ class Worker:
             # (Other refusals go to _loop: logged once, backoff.)
             if "WRONGTYPE" not in str(e):
                 raise
-            self._bad_queue(self.fetcher.block_queue)
+            self._bad_queue(queue)
             time.sleep(self.fetcher.block_seconds)
             return None
         finally:
             self.blocking = False
+            self.watch.set(self.slot, None)
 
     def _check_queues(self) -> None:
         """Log a queue whose key is not a list (reserve.lua skips it), once a minute for the
@@ -345,3 +362,13 @@ class Worker:
                     raise
                 self._outage(e, backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
+
+
+def _idle_preference(config) -> list[int]:
+    """Queue indexes in the order idle workers take them to wait on: strict order as listed,
+    weighted order by weight (heaviest first, ties as listed)."""
+    names = list(config.queue_names)
+    if config.strict:
+        return list(range(len(names)))
+    weights = {name: config.weighted_queues.count(name) for name in names}
+    return sorted(range(len(names)), key=lambda i: -weights[names[i]])

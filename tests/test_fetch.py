@@ -344,6 +344,21 @@ def test_a_landed_job_that_failed_and_lost_its_reply_runs_again(r, fetcher):
     assert [g.payload for g in fetcher.reserve(5)] == [job(1)]
 
 
+def test_a_job_landed_from_another_queue_whose_reply_was_lost_is_handed_over_next(
+        r, make_fetcher):
+    # Given slot 0 (its own queue "a") blocking on queue "b", and BLMOVE's reply lost
+    f = make_fetcher(queues=("a", "b"))
+    r.lpush("queue:b", job(1, "b"))
+    assert f.block("b") == job(1, "b")
+    f.reset_connection()  # as after a broken connection: the worker never saw the job
+    assert r.lrange(K.landing(IDENTITY, 0, "b"), 0, -1) == [job(1, "b")]
+    # When the worker reserves again (it does before it blocks again)
+    got = f.reserve(5)
+    # Then the job in b's landing list is handed over, not stranded there
+    assert [(g.queue, g.payload) for g in got] == [("b", job(1, "b"))]
+    assert r.llen(K.landing(IDENTITY, 0, "b")) == 0
+
+
 def test_idle_slots_spread_over_the_queues(make_fetcher):
     qs = ("a", "b", "c")
     assert [make_fetcher(queues=qs, slot=s).block_queue for s in range(4)] == ["a", "b", "c", "a"]

@@ -259,3 +259,20 @@ def test_notes_are_due_once_per_interval_across_processes():
     assert notes.due(0, 60.0, now=1061.0) is True   # a minute later: due again
     assert notes.clear(0) is True and notes.clear(0) is False
     assert notes.due(0, 60.0, now=1062.0) is True
+
+
+# --- Watch: which queue each idle worker waits on ----------------------------------------------
+
+def test_watch_tells_a_worker_what_the_other_idle_workers_wait_on_across_fork():
+    w = slots.Watch(3)
+    assert w.others(0) == set()
+    w.set(2, 0)
+    pid = os.fork()
+    if pid == 0:  # a worker in slot 1 waits on queue 4
+        w.set(1, 4)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert w.others(0) == {0, 4}
+    assert w.others(1) == {0}  # its own value is not counted
+    w.set(1, None)
+    assert w.others(0) == {0}

@@ -3,7 +3,7 @@ soon an idle daemon picks a new job up."""
 import time
 
 import jobs
-from harness import wait_for
+from harness import counts, wait_for
 
 
 def order(r):
@@ -103,4 +103,28 @@ def test_an_idle_daemon_picks_a_new_job_up_within_milliseconds(daemon, producer,
     # Then each starts within milliseconds, not after a poll interval (p90 < 100 ms)
     lags.sort()
     assert lags[8] < 0.1, lags
+    assert d.stop() == 0
+
+
+def test_idle_workers_cover_the_queues_a_busy_worker_left(daemon, producer, r):
+    """BLMOVE waits on one list. Two workers, two queues: one waits on "a", the other on "b".
+    When the one on "a" gets a long job, the idle one moves to "a" (after its current wait,
+    at most 1 s), so new jobs on "a" start at once instead of at its next poll. Without the
+    move, each would start 0-1 s late: five under 0.3 s would be a 1-in-400 chance."""
+    import random
+    d = daemon(concurrency=2, queues=["a", "b"])
+    wait_for(lambda: len(d.worker_pids()) == 2, 10, what="two workers")
+    time.sleep(0.3)  # both idle and waiting
+    busy = jobs.Sleep.set(queue="a").perform_async(4, "busy")
+    wait_for(lambda: order(r) == ["busy"], 5, what="the long job to start")
+    time.sleep(1.5)  # the other worker's current wait ends; it moves to "a"
+    late = []
+    for i in range(5):
+        t0 = time.time()
+        jid = jobs.Stamp.set(queue="a").perform_async(f"s{i}")
+        wait_for(lambda: r.hexists(jobs.STAMPS, jid), 5, what=f"stamp job {i}")
+        late.append(float(r.hget(jobs.STAMPS, jid)) - t0)
+        time.sleep(random.uniform(0.05, 0.3))
+    assert max(late) < 0.3, late
+    assert counts(r, jobs.DONE).get(busy) is None  # all while the long job still ran
     assert d.stop() == 0
