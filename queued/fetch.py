@@ -223,12 +223,12 @@ class Fetcher:
             return taken
         return self._take(self._send_reserve(n, landing_queue))
 
-    def reserve_landed(self, queue: str | None = None) -> None:
-        """After ``block(queue)`` landed a job: send the reserve call that moves it into the
-        reserved zset, without waiting. The worker runs the job meanwhile and calls
-        ``claim`` before it acks or fails it."""
+    def reserve_landed(self) -> None:
+        """After ``block()`` landed a job: send the reserve call that moves it from that
+        queue's landing list into the reserved zset, without waiting. The worker runs the job
+        meanwhile and calls ``claim`` before it acks or fails it."""
         self._settle()
-        self._sent = self._send_reserve(1, queue or self.block_queue)
+        self._sent = self._send_reserve(1, self._landing_queue)
 
     def claim(self, payload: bytes, succeeded: bool) -> Reservation | None:
         """The reservation of a job started from ``block()``'s reply (None if it is not to be

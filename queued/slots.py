@@ -194,11 +194,11 @@ class Watch:
     def __init__(self, slots: int):
         self.slots = slots
         self.mem = mmap.mmap(-1, max(1, slots) * self._VALUE.size)
+        self._all = struct.Struct(f"<{slots}H")
 
     def set(self, slot: int, queue: int | None) -> None:
         self._VALUE.pack_into(self.mem, slot * self._VALUE.size, 0 if queue is None else queue + 1)
 
     def others(self, slot: int) -> set[int]:
         """Indexes of the queues the other slots' workers are blocked on."""
-        values = struct.unpack_from(f"<{self.slots}H", self.mem, 0)
-        return {v - 1 for i, v in enumerate(values) if v and i != slot}
+        return {v - 1 for i, v in enumerate(self._all.unpack_from(self.mem)) if v and i != slot}

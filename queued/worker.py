@@ -172,7 +172,7 @@ class Worker:
                 return
             # Start it at once: the call that reserves it goes out now and its reply is read
             # when the job is done (fetch.py's header says why this is safe).
-            self.fetcher.reserve_landed(queue)
+            self.fetcher.reserve_landed()
             jobs = [Reservation(b"", queue, landed)]
         started = time.monotonic()
         done = 0
@@ -367,8 +367,10 @@ class Worker:
 def _idle_preference(config) -> list[int]:
     """Queue indexes in the order idle workers take them to wait on: strict order as listed,
     weighted order by weight (heaviest first, ties as listed)."""
-    names = list(config.queue_names)
+    names = config.queue_names
     if config.strict:
         return list(range(len(names)))
-    weights = {name: config.weighted_queues.count(name) for name in names}
-    return sorted(range(len(names)), key=lambda i: -weights[names[i]])
+    weight = dict.fromkeys(names, 0)
+    for name, w in config.queues:  # as weighted_queues counts them: max(w, 1) each
+        weight[name] += max(w, 1)
+    return sorted(range(len(names)), key=lambda i: -weight[names[i]])

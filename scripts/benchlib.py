@@ -142,9 +142,11 @@ def push_bulk(n):
 
 
 def _brpop_loop(url, total):
+    from queued.keys import Keys  # (benchlib's importers put the repository on sys.path)
     r = redis.Redis.from_url(url)
+    queue = Keys().queue("default")
     while True:
-        item = r.brpop("queue:default", 1)
+        item = r.brpop(queue, 1)
         if item is None:
             return
         json.loads(item[1])
@@ -157,8 +159,8 @@ def bare_round_trips(url, n=5000) -> float:
     """The one-by-one ceiling: ``n`` PINGs, one at a time, on a held socket with no client
     library; round trips/s from the end of the first to the end of the last (timed as the
     enqueue rates are). No producer pushing one job per round trip can beat it right now."""
-    host, port = redis.connection.parse_url(url)["host"], redis.connection.parse_url(url)["port"]
-    with socket.create_connection((host, port)) as sock:
+    where = redis.connection.parse_url(url)
+    with socket.create_connection((where["host"], where["port"])) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for i in range(n):
             if i == 1:

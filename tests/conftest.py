@@ -5,6 +5,7 @@ error, because a skipped test proves nothing.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -133,3 +134,34 @@ def default_client(redis_url, monkeypatch):
 @pytest.fixture
 def producer(default_client):
     return default_client
+
+
+#: The worker identity the in-process Fetcher tests use (tests/test_fetch.py, test_recovery.py).
+FETCH_IDENTITY = "host:1:abc"
+
+
+def job(i, queue="default") -> bytes:
+    """A compact job payload numbered ``i`` (its jid is ``i`` in hex), as a producer writes it."""
+    return json.dumps({"class": "X", "args": [i], "jid": f"{i:024x}", "queue": queue},
+                      separators=(",", ":")).encode()
+
+
+@pytest.fixture
+def make_fetcher(redis_url):
+    """``make_fetcher(**options)``: a worker's Fetcher on the test Redis, closed at teardown."""
+    from queued.fetch import Fetcher
+    from queued.keys import Keys
+    made = []
+
+    def make(queues=("default",), weighted=None, strict=True, block=0.2, dead_timeout=15552000,
+             dead_max=10000, slot=0, identity=FETCH_IDENTITY):
+        f = Fetcher(redis_url, Keys(), identity, slot, list(queues),
+                    list(weighted if weighted is not None else queues), strict, block,
+                    dead_timeout, dead_max)
+        made.append(f)
+        return f
+
+    yield make
+    for f in made:
+        f.close()
+        f.redis.close()

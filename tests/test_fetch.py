@@ -5,7 +5,6 @@ No daemon: each test drives a Fetcher's steps directly and looks at the keys it 
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import random
 import threading
@@ -17,32 +16,11 @@ import redis as redis_lib
 from queued.fetch import Fetcher, Reservation, fetch_orders, split_member
 from queued.keys import Keys
 
-IDENTITY = "host:1:abc"
+from conftest import FETCH_IDENTITY, job
+
+IDENTITY = FETCH_IDENTITY
 K = Keys()
 RESERVED = K.reserved(IDENTITY, 0)
-
-
-def job(i, queue="default") -> bytes:
-    return json.dumps({"class": "X", "args": [i], "jid": f"{i:024x}", "queue": queue},
-                      separators=(",", ":")).encode()
-
-
-@pytest.fixture
-def make_fetcher(redis_url):
-    made = []
-
-    def make(queues=("default",), weighted=None, strict=True, block=0.2, dead_timeout=15552000,
-             dead_max=10000, slot=0, identity=IDENTITY):
-        f = Fetcher(redis_url, Keys(), identity, slot, list(queues),
-                    list(weighted if weighted is not None else queues), strict, block,
-                    dead_timeout, dead_max)
-        made.append(f)
-        return f
-
-    yield make
-    for f in made:
-        f.close()
-        f.redis.close()
 
 
 @pytest.fixture
@@ -491,6 +469,16 @@ def _kill_worker_connection(r):
     raise AssertionError("worker connection not found")
 
 
+def _reserve_after_reconnecting(fetcher, n=1):
+    """reserve(n) as Worker._loop retries it: the first try may meet the broken connection."""
+    for _ in range(3):
+        try:
+            return fetcher.reserve(n)
+        except (redis_lib.ConnectionError, redis_lib.TimeoutError, OSError):
+            continue
+    raise AssertionError("fetcher never reconnected")
+
+
 def test_acks_survive_a_killed_connection(r, fetcher):
     # Given reserved jobs and the worker's connection killed by the server
     r.lpush("queue:default", job(1), job(2), job(3))
@@ -498,14 +486,7 @@ def test_acks_survive_a_killed_connection(r, fetcher):
     _kill_worker_connection(r)
     # When the worker acks and goes on (the first call may see the error, as in Worker._loop)
     fetcher.ack(a)
-    for _ in range(3):
-        try:
-            got = fetcher.reserve(1)
-            break
-        except (redis_lib.ConnectionError, redis_lib.TimeoutError, OSError):
-            continue
-    else:
-        raise AssertionError("fetcher never reconnected")
+    got = _reserve_after_reconnecting(fetcher)
     # Then the ack reached Redis on the new connection, and nothing else changed (b and c,
     # still held, are handed back, earliest first)
     assert [g.member for g in got] == [b.member, c.member]
@@ -860,14 +841,7 @@ def test_an_ack_sent_ahead_whose_reply_never_came_is_sent_again_not_run_again(r,
     fetcher.send_acks()
     # When the worker reserves (the first try may meet the broken connection, as in
     # Worker._loop)
-    for _ in range(3):
-        try:
-            got = fetcher.reserve(1)
-            break
-        except (redis_lib.ConnectionError, redis_lib.TimeoutError, OSError):
-            continue
-    else:
-        raise AssertionError("fetcher never reconnected")
+    got = _reserve_after_reconnecting(fetcher)
     # Then the ack was sent again, and the finished job is not handed back to run again
     assert [g.payload for g in got] == [job(2)]
     assert r.zrange(RESERVED, 0, -1) == [got[0].member]

@@ -236,16 +236,22 @@ def _running_payload(r, pid):
     return json.loads(r.hget(f"{IDENT}:workers", pid_tag(pid)))["payload"].encode()
 
 
+def _running_after_a_beat(r, redis_url, hb, table, done, running) -> bytes:
+    """Slot 0 (worker pid 100) reserved ``done`` then ``running`` and runs the job whose jid is
+    b*24; one heartbeat later, the payload ``:workers`` shows for it."""
+    _reserve_all(redis_url, 0, [done, running], r)
+    table.reset(0, 100)
+    SlotWriter(table, 0, 100).begin("b" * 24, "default", "X", None)
+    hb.beat(table.views(), False, 30_000)
+    return _running_payload(r, 100)
+
+
 def test_workers_shows_the_running_job_of_a_batch_not_the_earliest(r, redis_url, hb, table):
     # Given a batch of two reserved jobs: the first finished (ack not yet out), the second runs
     done = b'{"class":"X","args":[1],"jid":"aaaaaaaaaaaaaaaaaaaaaaaa"}'
     running = b'{"class":"X","args":[2],"jid":"bbbbbbbbbbbbbbbbbbbbbbbb"}'
-    _reserve_all(redis_url, 0, [done, running], r)
-    table.reset(0, 100)
-    SlotWriter(table, 0, 100).begin("b" * 24, "default", "X", None)
     # When the heartbeat runs, then :workers shows the running job
-    hb.beat(table.views(), False, 30_000)
-    assert _running_payload(r, 100) == running
+    assert _running_after_a_beat(r, redis_url, hb, table, done, running) == running
 
 
 def test_workers_is_not_fooled_by_a_jid_inside_another_jobs_args(r, redis_url, hb, table):
@@ -254,8 +260,4 @@ def test_workers_is_not_fooled_by_a_jid_inside_another_jobs_args(r, redis_url, h
     done = (b'{"class":"Notify","args":[{"jid":"bbbbbbbbbbbbbbbbbbbbbbbb"}],'
             b'"jid":"aaaaaaaaaaaaaaaaaaaaaaaa"}')
     running = b'{"class":"X","args":[2],"jid":"bbbbbbbbbbbbbbbbbbbbbbbb"}'
-    _reserve_all(redis_url, 0, [done, running], r)
-    table.reset(0, 100)
-    SlotWriter(table, 0, 100).begin("b" * 24, "default", "X", None)
-    hb.beat(table.views(), False, 30_000)
-    assert _running_payload(r, 100) == running
+    assert _running_after_a_beat(r, redis_url, hb, table, done, running) == running

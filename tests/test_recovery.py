@@ -14,33 +14,13 @@ import pytest
 import redis as redis_lib
 
 from queued import recovery
-from queued.fetch import Fetcher
 from queued.keys import Keys
 
+from conftest import FETCH_IDENTITY, job
+
 K = Keys()
-ME = "host:1:abc"
+ME = FETCH_IDENTITY  # the make_fetcher fixture's default identity
 OTHER = "deadhost:2:def"
-
-
-def job(i, queue="default") -> bytes:
-    return json.dumps({"class": "X", "args": [i], "jid": f"{i:024x}", "queue": queue},
-                      separators=(",", ":")).encode()
-
-
-@pytest.fixture
-def make_fetcher(redis_url):
-    made = []
-
-    def make(identity=ME, slot=0, queues=("default",)):
-        f = Fetcher(redis_url, Keys(), identity, slot, list(queues), list(queues), True, 0.2,
-                    15552000, 10000)
-        made.append(f)
-        return f
-
-    yield make
-    for f in made:
-        f.close()
-        f.redis.close()
 
 
 def drain(r, queue="default") -> list[bytes]:
