@@ -6,6 +6,10 @@ registered under the wrapped name, queued runs it with ActiveJob's ``arguments``
 the ``_aj_*`` bookkeeping keys that ActiveJob's serializer adds to hashes are removed, and
 serialized symbols become strings. Other serialized objects (GlobalID records, times) are
 passed as the dicts they are on the wire, for the job to interpret.
+
+Keyword arguments (``perform_later(1, mode: "fast")``) arrive as Python keyword arguments:
+Rails writes them as a last hash marked ``_aj_ruby2_keywords`` (the list of its keys), so
+``def perform(self, n, mode=None)`` gets ``mode="fast"``, as Ruby's ``perform(n, mode:)`` does.
 """
 from __future__ import annotations
 
@@ -28,9 +32,21 @@ def job_name(msg: dict) -> str:
     return str(msg.get("wrapped") or msg["args"][0].get("job_class") or msg["class"])
 
 
-def arguments(msg: dict) -> list:
+_KEYWORDS = "_aj_ruby2_keywords"
+
+
+def arguments(msg: dict) -> tuple[list, dict]:
+    """The job's (positional, keyword) arguments, unwrapped."""
     args = msg["args"][0].get("arguments", [])
-    return [_plain(a) for a in args] if isinstance(args, list) else []
+    if not isinstance(args, list):
+        return [], {}
+    kwargs: dict = {}
+    last = args[-1] if args else None
+    if isinstance(last, dict) and isinstance(last.get(_KEYWORDS), list) and all(
+            isinstance(k, str) and k.isidentifier() for k in last[_KEYWORDS]):
+        kwargs = {k: _plain(v) for k, v in last.items() if k not in _MARKERS}
+        args = args[:-1]
+    return [_plain(a) for a in args], kwargs
 
 
 def _plain(value: Any) -> Any:

@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import signal
 import sys
 import traceback
 
@@ -75,6 +76,17 @@ def _fail(message: str, code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A TERM during boot (loading job code can take seconds) used to kill the process with
+    # the default action (-15). It is kept and handled once the master is up: a clean stop.
+    early: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: early.append(signum))
+    try:
+        return _main(argv, early)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None, early: list[int]) -> int:
     args = config_mod.build_parser().parse_args(argv)
     if args.version:
         print(f"queued {__version__}")
@@ -95,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         # Producers inside jobs (and the job code's own get_redis()) use the daemon's Redis.
         client.configure(url=cfg.redis_url, namespace=cfg.namespace)
         load_app(cfg.require, base_dir)
-        return _run(cfg)
+        return _run(cfg, early)
     except AppLoadError as e:
         return _fail(str(e), APP_LOAD_ERROR)
     except (ConfigError, QueuedError) as e:
@@ -105,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             embedded.stop()
 
 
-def _run(cfg) -> int:
+def _run(cfg, early_signals: list[int]) -> int:
     from .job import registry
     from .master import Master
     if not registry.names():
@@ -116,7 +128,7 @@ def _run(cfg) -> int:
         with open(cfg.pidfile, "w") as f:
             f.write(f"{os.getpid()}\n")
     try:
-        return Master(cfg).run()
+        return Master(cfg, early_signals).run()
     finally:
         if cfg.pidfile:
             try:

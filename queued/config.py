@@ -429,12 +429,25 @@ def _build(data: Any, source: str, base_dir: str, cli: dict[str, Any],
     if values.get("embedded_redis"):
         path = os.path.join(base_dir, values["embedded_redis"])
         values["embedded_redis"] = os.path.normpath(path)
+    _check_lease(values, source)
     spec = values.pop("queues", ()) or (("default", None),)
     # Sidekiq's parse_queue: strict unless some queue has an explicit weight > 0.
     strict = not any(weight for _, weight in spec)
     queues = tuple((name, 1 if weight is None else weight) for name, weight in spec)
     return Config(config_file=config_file, environment=environment, queues=queues, strict=strict,
                   **values)
+
+
+def _check_lease(values: dict[str, Any], source: str) -> None:
+    # Each heartbeat renews the master's lease for lease_timeout. With heartbeat_interval at
+    # or above it, the lease lapsed between beats and two healthy masters reaped each other's
+    # running jobs (a 5 s job ran twice). Half leaves room for one late beat.
+    beat, lease = (values.get(name, SETTINGS[name].default)
+                   for name in ("heartbeat_interval", "lease_timeout"))
+    if beat * 2 > lease:
+        raise _error(f"{source}: heartbeat_interval ({beat:g}s) must be at most half of "
+                     f"lease_timeout ({lease:g}s): each beat renews the lease, and a lease that "
+                     f"lapses between beats lets other masters take back running jobs")
 
 
 def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:

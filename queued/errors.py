@@ -4,6 +4,8 @@ from __future__ import annotations
 #: Exit statuses. A worker that exits with WORKER_BOOT_ERROR failed before it could run
 #: any job; the master backs off before respawning it. APP_LOAD_ERROR from the master
 #: means the job code could not be imported at all: respawning cannot help.
+#: EXIT_REDIS_ERROR from the master: it stopped while Redis was unreachable, leaving jobs
+#: reserved under its registration (another master puts them back once its lease expires).
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
 WORKER_BOOT_ERROR = 3

@@ -29,7 +29,7 @@ from typing import NamedTuple, Sequence
 
 import redis
 
-from . import connection
+from . import connection, retry
 from .connection import FAIL, RESERVE
 from .keys import Keys
 
@@ -39,6 +39,12 @@ log = logging.getLogger("queued.fetch")
 #: acked instead of run when a reserve hands them back (one that never comes back, because
 #: another master recovered it, must not be kept for ever).
 FINISHED_KEPT = 100
+
+
+#: fail.lua's replies: the failure is written; the reservation was gone (recovered by another
+#: master: nothing written); refused: the target key holds another Redis type (nothing written,
+#: the reservation kept and marked, so the caller retries the write later).
+WRITTEN, GONE, REFUSED = 1, 0, -1
 
 
 class Reservation(NamedTuple):
@@ -59,6 +65,16 @@ def split_member(member: bytes) -> tuple[str, bytes]:
     a = member.index(b"\0")
     b = member.index(b"\0", a + 1)
     return member[:a].decode("utf-8", "replace"), member[b + 1:]
+
+
+def failure_call(keys: Keys, reserved_key: str, member: bytes, kind: str, score: float,
+                 payload: str | bytes, dead_timeout: int, dead_max_jobs: int) -> tuple[list, list]:
+    """KEYS and ARGV of fail.lua, for the worker (Fetcher.fail) and the master alike."""
+    target = keys.retry if kind == "retry" else keys.dead
+    trim = retry.dead_trim_bounds(score, dead_timeout, dead_max_jobs)
+    return ([reserved_key, target],
+            [member, kind, repr(float(score)), payload, repr(trim.min_score_exclusive),
+             trim.rank_stop])
 
 
 def fetch_orders(names: Sequence[str], weighted: Sequence[str], strict: bool, n: int,
@@ -290,14 +306,21 @@ class Fetcher:
             raise
         self._acked(len(sent.acks), reply[0])
         self.bad_queues = [q.decode("utf-8", "replace") for q in reply[1]]
-        members = reply[3:]
+        members = reply[4:]
         self.checked_all = len(members) < sent.n
         if reply[2]:
             log.warning("%d job(s) reserved by a call whose reply was lost (the connection "
                         "broke) are run now", reply[2])
         got = [Reservation(m, *split_member(m)) for m in members]
         if self._finished:
-            got = [res for res in got if not self._done_already(res)]
+            # Only a job the slot held before this call (adopted), or one still in the landing
+            # list (the lost call never ran), can be the lost one; and after this call it
+            # never comes back (another master recovered it), so it is forgotten. Matched
+            # against every reservation by its bytes, a stale entry acked a later
+            # byte-identical job without running it.
+            held = int(reply[2]) + int(reply[3])
+            got = [res for res in got[:held] if not self._done_already(res)] + got[held:]
+            self._finished.clear()
         return got
 
     def _unsent(self, sent: "_Sent") -> None:
@@ -342,12 +365,12 @@ class Fetcher:
                 self.reset_connection()
                 raise
 
-    def fail(self, res: Reservation, kind: str, score: float, payload: str | bytes) -> bool:
-        """Move a failed job to retry or dead (or drop it) and release it, atomically."""
-        target = self.keys.retry if kind == "retry" else self.keys.dead
-        args = [res.member, kind, repr(float(score)), payload,
-                repr(score - self.dead_timeout), self.dead_max_jobs]
-        return self._script(FAIL, [self.reserved_key, target], args) == 1
+    def fail(self, res: Reservation, kind: str, score: float, payload: str | bytes) -> int:
+        """Move a failed job to retry or dead (or drop it) and release it, atomically.
+        WRITTEN, GONE or REFUSED (see there)."""
+        keys, args = failure_call(self.keys, self.reserved_key, res.member, kind, score,
+                                  payload, self.dead_timeout, self.dead_max_jobs)
+        return int(self._script(FAIL, keys, args))
 
     def close(self) -> None:
         try:

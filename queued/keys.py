@@ -84,9 +84,6 @@ class Keys:
         exists none of that master's reservations is recovered by anyone else."""
         return f"{self.ns}queued:lease:{identity}"
 
-    def crashes(self, jid: str) -> str:  # int, TTL; how often this jid killed its worker
-        return f"{self.ns}queued:crashes:{jid}"
-
     @property
     def scheduler_leader(self) -> str:  # string identity, PX TTL; scheduler.py
         return self.ns + "queued:scheduler-leader"

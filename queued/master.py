@@ -23,12 +23,12 @@ import redis
 
 from . import events, recovery, titles
 from .connection import make_redis
-from .errors import WORKER_BOOT_ERROR
+from .errors import EXIT_REDIS_ERROR, WORKER_BOOT_ERROR
 from .heartbeat import Heartbeat, new_identity
 from .keys import Keys
 from .scheduler import Scheduler
 from .slots import Notes, SlotTable, SlotWriter, Watch
-from .worker import Worker
+from .worker import Worker, note_labels
 
 log = logging.getLogger("queued.master")
 
@@ -42,8 +42,12 @@ BOOT_GRACE = 2.0
 SPAWN_BACKOFF, SPAWN_BACKOFF_MAX = 0.1, 30.0
 #: Seconds between two workers' stack dumps after TTIN, so their output does not interleave.
 DUMP_GAP = 0.2
-#: An idle worker that has not ticked for this long is stuck and is killed (seconds).
+#: An idle worker that has not ticked for this long beyond its blocking fetch (fetch_timeout)
+#: is stuck and is killed (seconds).
 SILENT_LIMIT = 60.0
+#: A condition that persists (jobs that cannot be put back, failures that cannot be written)
+#: is logged at most this often (seconds).
+KEY_LOG_INTERVAL = 60.0
 
 RUNNING, QUIET, STOPPING = "running", "quiet", "stopping"
 
@@ -59,13 +63,18 @@ class WorkerRecord:
 
 
 class Master:
-    def __init__(self, config):
+    def __init__(self, config, early_signals: list[int] | None = None):
         self.config = config
+        #: Signals that arrived before run() installed the handlers (cli.main records them).
+        self.early_signals = early_signals if early_signals is not None else []
         self.keys = Keys(config.namespace)
         self.identity = new_identity()
         self.started_at = time.time()
         self.table = SlotTable(config.concurrency)
-        self.notes = Notes(len(config.queue_names))  # so workers log a broken queue once
+        # so workers log a broken queue once; the master's own persistent conditions too
+        self.notes = Notes([*note_labels(config), "held",
+                            *(("stuck", slot) for slot in range(config.concurrency))])
+        self.held: list[recovery.Held] = []  # failures Redis refused to store (retried)
         self.watch = Watch(config.concurrency)  # which queue each idle worker waits on
         self.workers: dict[int, WorkerRecord] = {}       # pid -> record
         self.free: set[int] = set(range(config.concurrency))
@@ -83,10 +92,16 @@ class Master:
         self.heartbeat = Heartbeat(self.r, self.keys, self.identity, config, self.started_at)
         self.scheduler = Scheduler(self.r, self.keys, self.identity, config)
         self.lease_ms = int(config.lease_timeout * 1000)
+        # An idle worker ticks its record before each blocking fetch, which lasts up to
+        # fetch_timeout: only silence beyond that is a stuck worker (a fixed 60 s limit killed
+        # the idle workers of a daemon with fetch_timeout above 60 s every minute).
+        self.silent_limit = SILENT_LIMIT + config.fetch_timeout
 
     # --- lifecycle ------------------------------------------------------------------------------
     def run(self) -> int:
         self._install_signals()
+        for signum in self.early_signals:  # a TERM during boot still stops us, cleanly
+            self._dispatch(signum)
         log.info("queued %s starting: identity=%s concurrency=%d queues=%s%s", titles.__version__,
                  self.identity, self.config.concurrency, ",".join(self.config.queue_names),
                  "" if self.config.strict else " (weighted)")
@@ -105,7 +120,9 @@ class Master:
         finally:
             self._finish()
         log.info("bye")
-        return 0
+        # Jobs left reserved (Redis was away at the deadline) are another master's to put back
+        # once the lease expires; the status tells a supervisor this stop was not clean.
+        return EXIT_REDIS_ERROR if self.unrecovered else 0
 
     def _connect(self) -> bool:
         """Wait for Redis (logging once), register, take the first lease. False if told to
@@ -148,7 +165,10 @@ class Master:
         events.fire("shutdown")
         views = self.table.views()
         steps = [lambda: self.heartbeat.clear(views), self.scheduler.resign]
-        if not self.unrecovered:  # else the registration must stay, for the reaper
+        # The registration must stay while this master's slots may hold jobs (a worker still
+        # alive because the loop ended on an error, a slot not put back, a failure not
+        # written): it is how another master finds them once the lease expires.
+        if not (self.unrecovered or self.held or self.workers):
             steps.append(lambda: recovery.unregister(self.r, self.keys, self.identity))
         for step in steps:
             try:
@@ -191,11 +211,14 @@ class Master:
         except BlockingIOError:
             return
         for signum in data:
-            handler = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop,
-                       signal.SIGUSR1: self.quiet, signal.SIGTSTP: self.quiet,
-                       signal.SIGTTIN: self.dump, signal.SIGHUP: self._hup}.get(signum)
-            if handler:
-                handler(signal.Signals(signum).name)
+            self._dispatch(signum)
+
+    def _dispatch(self, signum: int) -> None:
+        handler = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop,
+                   signal.SIGUSR1: self.quiet, signal.SIGTSTP: self.quiet,
+                   signal.SIGTTIN: self.dump, signal.SIGHUP: self._hup}.get(signum)
+        if handler:
+            handler(signal.Signals(signum).name)
 
     def quiet(self, why: str = "TSTP") -> None:
         """Stop fetching, let running jobs finish (workers exit after their job)."""
@@ -231,13 +254,12 @@ class Master:
         The workers are asked one at a time, DUMP_GAP apart (``_timers``): faulthandler writes
         a stack in many small unbuffered writes, and workers dumping at once into the same
         stderr interleaved their stacks line by line, unreadably."""
-        now = time.time()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         for rec in sorted(self.workers.values(), key=lambda w: w.slot):
             v = self.table.read(rec.slot)
             if v.busy:
                 log.info("TTIN worker %d pid=%d running %s jid=%s queue=%s for %.1fs", rec.slot,
-                         rec.pid, v.job_class, v.jid, v.queue, now - v.started_at)
+                         rec.pid, v.job_class, v.jid, v.queue, time.monotonic() - v.started)
             else:
                 log.info("TTIN worker %d pid=%d idle", rec.slot, rec.pid)
             if rec.pid not in self.dumps:
@@ -272,7 +294,11 @@ class Master:
     def _fork(self, slot: int) -> None:
         worker = Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid(),
                         self.notes, self.watch)
+        # The record is made ready before the fork and left to the child after it: a reset
+        # here after fork() overwrote the record of a child that had already begun a job,
+        # hiding it from the timeout kill, the heartbeat and the crash count.
         self.table.reset(slot)
+        processed = self.table.read(slot, writer_alive=False).processed
         self.watch.set(slot, None)  # its previous worker may have died while blocked
         old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
         try:
@@ -284,8 +310,7 @@ class Master:
                 worker.run()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        self.table.reset(slot, pid)
-        self.workers[pid] = WorkerRecord(slot, pid, self.table.read(slot).processed)
+        self.workers[pid] = WorkerRecord(slot, pid, processed)
         self.free.discard(slot)
 
     def _reap(self) -> None:
@@ -319,7 +344,11 @@ class Master:
                       rec.slot, rec.pid, lived, recovery.describe_status(code), delay)
         else:
             self.boot_failures[rec.slot] = 0
-        reason = rec.kill_reason or ("exit" if code == 0 else "crash")
+        # A worker exits 0 only between jobs (after TERM, or its parent gone). One that exits
+        # while its slot says busy left in the middle of a job (os._exit(0) in job code, a
+        # SystemExit escaping): a crash, whatever the status, so it counts toward the poison
+        # pill limit (an exit 0 used to requeue the job for ever: 465 runs in 4 s).
+        reason = rec.kill_reason or ("crash" if code != 0 or v.busy else "exit")
         # The job it ran is the one the slot table names (or the one the master killed for
         # its timeout), not simply the earliest reservation: a batch's finished jobs stay
         # reserved until their ack goes out. A worker that died between jobs ran none.
@@ -335,14 +364,20 @@ class Master:
         """Settle an exited worker's slot (recovery.settle); retried every loop while Redis
         is away, and the slot is not reused until it succeeds."""
         try:
-            moved, failed = recovery.settle(
+            moved, failed, held = recovery.settle(
                 self.r, self.keys, self.identity, self.config, slot, code=code, reason=reason,
                 running_jid=running, timeout=seconds)
+        except recovery.Stuck as e:
+            if self.notes.due(("stuck", slot), KEY_LOG_INTERVAL):
+                log.error("%s", e)
+            return
         except (redis.RedisError, OSError) as e:  # see _redis_error
             self._redis_error("recover a worker's jobs", e)
             return
         if failed:
             self._count_failure(slot)
+        if held is not None:
+            self.held.append(held)
         self.unrecovered.pop(slot, None)
         if reason != "exit" or moved:
             log.log(logging.INFO if reason in ("exit", "shutdown") else logging.WARNING,
@@ -357,7 +392,7 @@ class Master:
     def _murder(self) -> None:
         """Kill workers past timeout + grace (the job ignored SIGALRM), stuck idle workers,
         and at the shutdown deadline everyone left."""
-        now_wall, now = time.time(), time.monotonic()
+        now = time.monotonic()  # not the wall clock: an NTP step must not kill a job early
         hard_stop = self.deadline is not None and now >= self.deadline
         for rec in list(self.workers.values()):
             if rec.kill_reason:
@@ -366,12 +401,13 @@ class Master:
             if hard_stop:
                 rec.kill_reason = "shutdown"
             elif v.busy and v.timeout and \
-                    now_wall - v.started_at > v.timeout + self.config.timeout_grace:
+                    now - v.started > v.timeout + self.config.timeout_grace:
                 rec.kill_reason, rec.timeout_info = "timeout", (v.timeout, v.jid)
                 log.error("worker %d pid=%d: %s jid=%s ran %.1fs, past its %gs timeout + %gs "
                           "grace; killing it", rec.slot, rec.pid, v.job_class, v.jid,
-                          now_wall - v.started_at, v.timeout, self.config.timeout_grace)
-            elif not v.busy and now - v.tick > SILENT_LIMIT and now - rec.spawned > SILENT_LIMIT:
+                          now - v.started, v.timeout, self.config.timeout_grace)
+            elif not v.busy and now - v.tick > self.silent_limit and \
+                    now - rec.spawned > self.silent_limit:
                 rec.kill_reason = "silent"
                 log.error("worker %d pid=%d silent for %.0fs; killing it", rec.slot, rec.pid,
                           now - v.tick)
@@ -407,6 +443,7 @@ class Master:
             if self.state == RUNNING:
                 self.scheduler.elect()
             self._reap_expired()
+            self._write_held()
         except (redis.RedisError, OSError) as e:  # see _redis_error
             self._redis_error("heartbeat", e)
             return
@@ -418,6 +455,17 @@ class Master:
             log.info("remote signal %s received", remote)
             {"TSTP": self.quiet, "USR1": self.quiet, "TERM": self.stop,
              "TTIN": self.dump}.get(remote, lambda why: None)(f"remote {remote}")
+
+    def _write_held(self) -> None:
+        """Try again to store the failures Redis refused (recovery.Held)."""
+        for held in list(self.held):
+            if recovery.write_held(self.r, self.keys, self.identity, self.config, held):
+                self.held.remove(held)
+                log.info("worker %d: the failure Redis refused is written now (%s)", held.slot,
+                         held.kind)
+        if self.held and self.notes.due("held", KEY_LOG_INTERVAL):
+            log.error("%d failed job(s) stay reserved: their retry/dead key holds another Redis "
+                      "type (WRONGTYPE)", len(self.held))
 
     def _reap_expired(self) -> None:
         for identity, moved in recovery.reap_expired(self.r, self.keys):

@@ -14,6 +14,9 @@ from typing import Any
 
 from .errors import PayloadError
 
+#: The payload key that counts how often a job killed its worker in a row (recovery.py): set
+#: by the master when it puts such a job back, gone once a run ends (success or failure).
+CRASHES = "queued_crashes"
 #: Integers above this are epoch milliseconds (Sidekiq 8), below it epoch seconds.
 _MS_THRESHOLD = 10**11
 
@@ -150,6 +153,23 @@ def _ruby_float_token(m: re.Match) -> str:
     # integer-valued, 1e15 <= |x| < 1e16: Python 1234567890123456.0 -> Ruby 1.234567890123456e+15
     digits = number[:-2].rstrip("0")
     return f"{sign}{digits[0]}.{digits[1:] or '0'}e+15"
+
+
+def with_field(raw: bytes, msg: dict, key: str, value: Any) -> bytes | str:
+    """The payload ``raw`` (parsed as ``msg``) with ``key`` set to ``value``. A new key is
+    appended to the producer's own bytes, so a PHP producer's ``\\/`` escapes and spacing
+    survive; an existing one means re-encoding the job the way Sidekiq re-encodes it."""
+    if key not in msg:
+        body = raw.rstrip()[:-1].rstrip()
+        sep = b"," if msg else b""
+        return body + sep + f"{dumps(key)}:{dumps(value)}}}".encode()
+    return dumps({**msg, key: value})
+
+
+def crash_count(msg: dict) -> int:
+    """How many workers this job killed in a row (0 when the key is absent or unusable)."""
+    value = msg.get(CRASHES)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def job_class_name(msg: dict) -> str:

@@ -2,8 +2,8 @@
 
 Two paths (LANDSCAPE.md 2f):
 - a worker exits: its master puts everything the slot holds back at the head of its queues at
-  once (``requeue_slot``); the job it was running counts one crash against its jid, and a job
-  that keeps killing workers goes to ``dead`` (a poison pill) instead of looping for ever;
+  once (``settle``); the job it was running counts one crash, and a job that keeps killing
+  workers goes to ``dead`` (a poison pill) instead of looping for ever;
 - a whole host dies: its master's lease key expires (Redis's clock, renewed by every heartbeat),
   and any other master requeues all of its slots (``reap_expired``). The requeue script checks
   the lease and the registration inside Redis, so two masters reaping at once cannot requeue a
@@ -11,29 +11,53 @@ Two paths (LANDSCAPE.md 2f):
 
 The lease is held per master, not per job: one renewal a beat covers every job the master
 runs, so a long job is never recovered while its master lives.
+
+A job's crash count travels in its payload (``payload.CRASHES``), written by the same script
+that puts it back in its queue. It was a ``queued:crashes:<jid>`` key with a week's TTL: a
+count the master could double on a retried settle, that outlived a job's success (a later
+crash of a retry of the same jid started from the old count), and that cost a key per crash.
+The field goes away with the run that ends the streak (a success, or a failure: retry.py).
 """
 from __future__ import annotations
 
 import json
 import logging
 import signal
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import redis
 
-from . import events, retry
+from . import activejob, events, retry
 from . import payload as codec
 from .connection import FAIL, REQUEUE
-from .errors import JobTimeout, PayloadError, WorkerKilled
-from .fetch import Reservation, split_member
+from .errors import JobTimeout, PayloadError, QueuedError, WorkerKilled
+from .fetch import REFUSED, WRITTEN, Reservation, failure_call, split_member
 from .job import registry
 from .keys import Keys
 from .slots import stored_jid
 
 log = logging.getLogger("queued.recovery")
 
-#: Seconds a per-jid crash count is remembered.
-CRASH_MEMORY = 7 * 24 * 3600
+
+class Stuck(QueuedError):
+    """Jobs that could not be put back: their queue key and ``dead`` both hold another Redis
+    type. They stay where they were (requeue.lua); the caller retries once the keys are fixed."""
+
+
+class Held(NamedTuple):
+    """A failure the master could not write (its target key holds another Redis type): the
+    job stays reserved, marked by fail.lua, until ``write_held`` succeeds."""
+    slot: int
+    member: bytes
+    kind: str
+    score: float
+    payload: str
+
+
+class Settled(NamedTuple):
+    moved: int             # jobs put back in their queues
+    failed: bool           # the running job took the failure path (count it in stat:failed)
+    held: Held | None      # ... but its failure could not be written yet
 
 
 def register(r: redis.Redis, keys: Keys, identity: str, slots: int, queues: Sequence[str],
@@ -62,23 +86,33 @@ def _slot_keys(keys: Keys, identity: str, slot: int, queues: Sequence[str]) -> l
 
 
 def _requeue(r: redis.Redis, keys: Keys, owner: str, identity: str, slots: Sequence[int],
-             queues: Sequence[str]) -> int:
-    """Returns the number of jobs put back (-1: the guard said no). A job whose queue key is
-    not a list goes to dead instead (requeue.lua); that is logged here."""
+             queues: Sequence[str], replace: dict[bytes, str | bytes] | None = None,
+             keep: Sequence[bytes] = ()) -> tuple[int, int]:
+    """(jobs put back, jobs left in place); (-1, 0) when the guard said no. A job whose queue
+    key is not a list goes to dead instead (requeue.lua); that is logged here."""
     ks = [keys.masters, keys.lease(identity), keys.dead, *(keys.queue(q) for q in queues)]
     for slot in slots:
         ks.extend(_slot_keys(keys, identity, slot, queues))
-    moved, dead = (int(x) for x in REQUEUE(r, ks, [owner, len(queues), *queues]))
+    pairs = [x for item in (replace or {}).items() for x in item]
+    args = [owner, len(queues), *queues, len(pairs) // 2, *pairs, len(keep), *keep]
+    moved, dead, stuck = (int(x) for x in REQUEUE(r, ks, args))
     if dead:
         log.error("%d job(s) of %s could not be put back: their queue key holds another Redis "
                   "type, not a list (WRONGTYPE); sent to dead as they were", dead, identity)
+    return moved, stuck
+
+
+def requeue_slot(r: redis.Redis, keys: Keys, identity: str, slot: int, queues: Sequence[str],
+                 replace: dict[bytes, str | bytes] | None = None, keep: Sequence[bytes] = ()) -> int:
+    """Everything one slot holds goes back to the head of its queue, earliest first, except
+    the members in ``keep``; a member in ``replace`` goes back as the payload given there.
+    Raises Stuck if some job could go nowhere (it stays in the slot)."""
+    moved, stuck = _requeue(r, keys, "", identity, [slot], queues, replace, keep)
+    if stuck:
+        raise Stuck(f"{stuck} job(s) of worker slot {slot} cannot be put back: their queue key "
+                    f"and {keys.dead} both hold another Redis type (WRONGTYPE); they stay "
+                    f"reserved until the keys are fixed")
     return moved
-
-
-def requeue_slot(r: redis.Redis, keys: Keys, identity: str, slot: int,
-                 queues: Sequence[str]) -> int:
-    """Everything one slot holds goes back to the head of its queue, earliest first."""
-    return _requeue(r, keys, "", identity, [slot], queues)
 
 
 def current_job(r: redis.Redis, keys: Keys, identity: str, slot: int,
@@ -105,23 +139,23 @@ def current_job(r: redis.Redis, keys: Keys, identity: str, slot: int,
     return None
 
 
-def count_crash(r: redis.Redis, keys: Keys, jid: str) -> int:
-    key = keys.crashes(jid)
-    pipe = r.pipeline(transaction=True)
-    pipe.incr(key)
-    pipe.expire(key, CRASH_MEMORY)
-    return int(pipe.execute()[0])
-
-
 def fail_reservation(r: redis.Redis, keys: Keys, identity: str, slot: int, res: Reservation,
                      kind: str, score: float, payload: str, dead_timeout: int,
-                     dead_max_jobs: int) -> bool:
+                     dead_max_jobs: int) -> int:
     """The failure path for a job whose worker can no longer run it (killed at its timeout, or
-    a poison pill): same atomic write the worker itself uses."""
-    target = keys.retry if kind == "retry" else keys.dead
-    args = [res.member, kind, repr(float(score)), payload, repr(score - dead_timeout),
-            dead_max_jobs]
-    return FAIL(r, [keys.reserved(identity, slot), target], args) == 1
+    a poison pill): the same atomic write the worker itself uses. WRITTEN, GONE or REFUSED."""
+    ks, args = failure_call(keys, keys.reserved(identity, slot), res.member, kind, score,
+                            payload, dead_timeout, dead_max_jobs)
+    return int(FAIL(r, ks, args))
+
+
+def write_held(r: redis.Redis, keys: Keys, identity: str, config, held: Held) -> bool:
+    """Try again to write a failure that was refused; True once it is settled (written, or
+    the job is gone: recovered by another master)."""
+    res = Reservation(held.member, *split_member(held.member))
+    return fail_reservation(r, keys, identity, held.slot, res, held.kind, held.score,
+                            held.payload, config.dead_timeout_in_seconds,
+                            config.dead_max_jobs) != REFUSED
 
 
 def reap_expired(r: redis.Redis, keys: Keys) -> list[tuple[str, int]]:
@@ -145,57 +179,79 @@ def reap_expired(r: redis.Redis, keys: Keys) -> list[tuple[str, int]]:
             log.error("master %s has an unreadable registration %r; left alone",
                       identity, masters[identity.encode()])
             continue
-        moved = _requeue(r, keys, identity, identity, slots, queues)
+        moved, stuck = _requeue(r, keys, identity, identity, slots, queues)
+        if stuck:
+            # The registration stays (requeue.lua), so the next beat tries again.
+            log.error("master %s: %d job(s) cannot be put back: their queue key and %s both "
+                      "hold another Redis type (WRONGTYPE); kept until the keys are fixed",
+                      identity, stuck, keys.dead)
         if moved >= 0:
             reaped.append((identity, moved))
     return reaped
 
 
 def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code: int,
-           reason: str, running_jid: str, timeout: float = 0.0) -> tuple[int, bool]:
+           reason: str, running_jid: str, timeout: float = 0.0) -> Settled:
     """After a worker exited: the job it was running takes the failure path if the master
-    killed it for its timeout, or if it has now killed ``max_crashes`` workers (a poison pill);
-    everything else the slot holds goes back to the head of its queue.
-    Returns (jobs put back, whether a failure was recorded)."""
-    failed = False
+    killed it for its timeout, or if it has now killed ``max_crashes`` workers (a poison pill),
+    else goes back carrying one more crash; everything else the slot holds goes back to the
+    head of its queue. Safe to call again after an error: it starts from what Redis holds.
+    Raises Stuck (see requeue_slot) and Redis errors."""
+    replace: dict[bytes, str | bytes] = {}
+    failed, held = False, None
     if running_jid and reason in ("timeout", "crash"):
         current = current_job(r, keys, identity, slot, config.queue_names, jid=running_jid)
         if current is not None:
-            failed = _fail_running(r, keys, identity, config, slot, current, code, reason,
-                                   timeout)
-    return requeue_slot(r, keys, identity, slot, config.queue_names), failed
+            failed, held, again = _settle_running(r, keys, identity, config, slot, current,
+                                                  code, reason, timeout)
+            if again is not None:
+                replace[current.member] = again
+    keep = [held.member] if held else []
+    return Settled(requeue_slot(r, keys, identity, slot, config.queue_names, replace, keep),
+                   failed, held)
 
 
-def _fail_running(r, keys, identity, config, slot, current: Reservation, code: int,
-                  reason: str, timeout: float) -> bool:
+def _settle_running(r, keys, identity, config, slot, current: Reservation, code: int,
+                    reason: str, timeout: float):
+    """(failed, held, payload to requeue it with or None)."""
     try:
         msg = codec.loads(current.payload)
         codec.validate(msg)
     except PayloadError:
-        return False  # requeued with the rest; the next worker rejects it to dead
+        return False, None, None  # requeued with the rest; the next worker rejects it to dead
     if reason == "timeout":
         exc: BaseException = JobTimeout(
             f"{msg['class']} ran past its {timeout:g}s timeout and ignored SIGALRM; its "
             f"worker was killed after {config.timeout_grace:g}s more")
     else:
-        crashes = count_crash(r, keys, msg["jid"])
+        crashes = codec.crash_count(msg) + 1
         log.warning("class=%s jid=%s killed its worker (%s), crash %d of %d", msg["class"],
                     msg["jid"], describe_status(code), crashes, config.max_crashes)
         if crashes < config.max_crashes:
-            return False  # requeued with the rest
+            return False, None, codec.with_field(current.payload, msg, codec.CRASHES, crashes)
         exc = WorkerKilled(f"{msg['class']} killed its worker {crashes} times "
                            f"(last: {describe_status(code)}); sent to dead as a poison pill")
-    cls = registry.lookup(msg["class"])
+    cls = registry.lookup(activejob.job_name(msg) if activejob.is_wrapped(msg) else msg["class"])
     if reason == "timeout":
         outcome = retry.decide(msg, exc, current.queue, job_class=cls,
                                max_retries=config.max_retries, backtrace_lines=[])
     else:
         outcome = retry.kill(msg, exc, current.queue, job_class=cls)
-    fail_reservation(r, keys, identity, slot, current, outcome.kind, outcome.score,
-                     outcome.payload, config.dead_timeout_in_seconds, config.dead_max_jobs)
-    log.error("class=%s jid=%s %s -> %s", msg["class"], msg["jid"], exc, outcome.kind)
+    written = fail_reservation(r, keys, identity, slot, current, outcome.kind, outcome.score,
+                               outcome.payload, config.dead_timeout_in_seconds,
+                               config.dead_max_jobs)
+    held = None
+    if written == REFUSED:
+        held = Held(slot, current.member, outcome.kind, outcome.score, outcome.payload)
+        log.error("class=%s jid=%s %s -> %s, but %s holds another Redis type (WRONGTYPE): the "
+                  "job stays reserved until the key is fixed", msg["class"], msg["jid"], exc,
+                  outcome.kind, keys.retry if outcome.kind == "retry" else keys.dead)
+    elif written == WRITTEN:
+        log.error("class=%s jid=%s %s -> %s", msg["class"], msg["jid"], exc, outcome.kind)
+    else:
+        return False, None, None  # recovered by another master meanwhile: it runs there
     events.report(exc, {"job": msg, "queue": current.queue, "outcome": outcome.kind})
-    return True
+    return True, held, None
 
 
 def describe_status(code: int) -> str:

@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .payload import dumps
+from .payload import CRASHES, dumps
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ def decide(msg: dict, exc: BaseException, queue: str, *, job_class: Any = None,
     (innermost first) replaces the lines taken from ``exc.__traceback__``."""
     now = time.time() if now is None else now
     msg = dict(msg)
+    msg.pop(CRASHES, None)  # this run ended the job's streak of crashes (recovery.py)
     retry = msg.get("retry")
     if retry is None:
         retry = _class_retry_option(job_class)
@@ -107,6 +108,7 @@ def kill(msg: dict, exc: BaseException, queue: str, *, job_class: Any = None,
     left (``dead: false`` still means drop). Sidekiq Pro kills poison pills the same way."""
     now = time.time() if now is None else now
     msg = dict(msg)
+    msg.pop(CRASHES, None)  # retried from dead, it starts afresh
     _write_failure_fields(msg, exc, queue, now, [])
     _call_retries_exhausted(job_class, msg, exc)
     return Outcome("drop" if msg.get("dead") is False else "dead", now, msg)

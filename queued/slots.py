@@ -15,6 +15,7 @@ import mmap
 import struct
 import time
 from dataclasses import dataclass
+from typing import Hashable, Iterable
 
 IDLE, BUSY = 0, 1
 #: Seconds a reader waits for a live writer to finish a write before taking the record as is.
@@ -24,8 +25,10 @@ READ_PATIENCE = 1.0
 # struct.pack_into zero-fills its whole region before writing the fields, so a counter inside
 # the body would read as 0 (even, "stable") in the middle of a write.
 _SEQ = struct.Struct("<Q")
-# pid, state, started_at(wall), tick(monotonic), timeout, processed, failed, jid, queue, class
-_BODY = struct.Struct("<qB7xdddQQ24s64s128s")
+# pid, state, started_at (wall, shown to people), started (monotonic, for timeouts), tick
+# (monotonic), timeout, processed, failed, jid, queue, class. CLOCK_MONOTONIC is one clock for
+# every process of a host, so the master can compare a worker's monotonic stamps with its own.
+_BODY = struct.Struct("<qB7xddddQQ24s64s128s")
 _SIZE = _SEQ.size + _BODY.size
 
 
@@ -35,6 +38,7 @@ class SlotView:
     pid: int
     state: int
     started_at: float
+    started: float
     tick: float
     timeout: float
     processed: int
@@ -70,11 +74,12 @@ class SlotTable:
         return slot * _SIZE
 
     def reset(self, slot: int, pid: int = 0) -> None:
-        """Only while no worker owns the record (before a fork, after a reap)."""
+        """Only while no worker owns the record: before a fork, never after it (the child may
+        already have written its first job into it), or after a reap."""
         off = self._off(slot)
         counts = self._counts(slot)
         _SEQ.pack_into(self.mem, off, 0)
-        _BODY.pack_into(self.mem, off + _SEQ.size, pid, IDLE, 0.0, time.monotonic(), 0.0,
+        _BODY.pack_into(self.mem, off + _SEQ.size, pid, IDLE, 0.0, 0.0, time.monotonic(), 0.0,
                         *counts, b"", b"", b"")
 
     def _counts(self, slot: int) -> tuple[int, int]:
@@ -97,8 +102,9 @@ class SlotTable:
             if time.monotonic() > give_up:
                 break
             time.sleep(0)
-        pid, state, started, tick, timeout, processed, failed, jid, queue, klass = fields
-        return SlotView(slot, pid, state, started, tick, timeout, processed, failed,
+        pid, state, started_at, started, tick, timeout, processed, failed, jid, queue, klass = \
+            fields
+        return SlotView(slot, pid, state, started_at, started, tick, timeout, processed, failed,
                         _s(jid), _s(queue), _s(klass))
 
     def views(self) -> list[SlotView]:
@@ -118,13 +124,14 @@ class SlotWriter:
         self.processed = v.processed
         self.failed = v.failed
 
-    def _write(self, state: int, started: float, timeout: float, jid: str, queue: str,
+    def _write(self, state: int, started_at: float, timeout: float, jid: str, queue: str,
                klass: str) -> None:
         self.seq += 1
         self._store_seq()
-        _BODY.pack_into(self.mem, self.off + _SEQ.size, self.pid, state, started,
-                        time.monotonic(), timeout, self.processed, self.failed,
-                        _b(jid, 24), _b(queue, 64), _b(klass, 128))
+        now = time.monotonic()
+        _BODY.pack_into(self.mem, self.off + _SEQ.size, self.pid, state, started_at,
+                        now if state == BUSY else 0.0, now, timeout, self.processed,
+                        self.failed, _b(jid, 24), _b(queue, 64), _b(klass, 128))
         self.seq += 1
         self._store_seq()
 
@@ -149,13 +156,15 @@ class SlotWriter:
 
 class Notes:
     """Timestamps shared by the master and its workers (one anonymous shared mapping, made
-    before fork), one per queue: a condition every worker meets, such as a queue key of the
+    before fork), one per label: a condition every worker meets, such as a queue key of the
     wrong Redis type, is then logged once per interval by the whole daemon, not once by
-    each worker. Each value is one aligned 8-byte store, so a reader never sees half of it."""
+    each worker. Labels are fixed when the master makes it (an int n means labels 0..n-1).
+    Each value is one aligned 8-byte store, so a reader never sees half of it."""
 
-    def __init__(self, count: int):
-        self.count = count
-        self.mem = mmap.mmap(-1, max(1, count) * 8)
+    def __init__(self, labels: int | Iterable[Hashable]):
+        labels = range(labels) if isinstance(labels, int) else labels
+        self.index = {label: i for i, label in enumerate(labels)}
+        self.mem = mmap.mmap(-1, max(1, len(self.index)) * 8)
 
     def _get(self, i: int) -> float:
         return struct.unpack_from("<d", self.mem, i * 8)[0]
@@ -163,8 +172,9 @@ class Notes:
     def _put(self, i: int, value: float) -> None:
         self.mem[i * 8:i * 8 + 8] = struct.pack("<d", value)
 
-    def due(self, i: int, interval: float, now: float | None = None) -> bool:
-        """True, and the time noted, unless ``i`` was noted within the last ``interval``."""
+    def due(self, label: Hashable, interval: float, now: float | None = None) -> bool:
+        """True, and the time noted, unless ``label`` was noted within the last ``interval``."""
+        i = self.index[label]
         now = time.monotonic() if now is None else now
         last = self._get(i)
         if last and now - last < interval:
@@ -172,8 +182,9 @@ class Notes:
         self._put(i, now)
         return True
 
-    def clear(self, i: int) -> bool:
-        """Forget ``i``; True if it was noted."""
+    def clear(self, label: Hashable) -> bool:
+        """Forget ``label``; True if it was noted."""
+        i = self.index[label]
         if not self._get(i):
             return False
         self._put(i, 0.0)

@@ -25,7 +25,7 @@ from . import log as logsetup
 from . import payload as codec
 from . import activejob, client, events, retry, titles
 from .errors import JobTimeout, PayloadError, UnknownJobClass
-from .fetch import Fetcher, Reservation
+from .fetch import REFUSED, Fetcher, Reservation
 from .job import registry
 from .middleware import server_middleware
 from .slots import Notes, SlotWriter, Watch
@@ -43,8 +43,16 @@ SLOW_JOB = 0.002
 BACKOFF_START, BACKOFF_MAX = 0.1, 5.0
 #: A queue whose key is not a list is logged at most this often (seconds) by the whole daemon.
 BAD_QUEUE_LOG_INTERVAL = 60.0
+#: Seconds between attempts to write a failure Redis refused (its target key holds another
+#: type): the job stays reserved meanwhile (fail.lua).
+HELD_RETRY = 5.0
 
 _PR_SET_PDEATHSIG = 1
+
+
+def note_labels(config) -> list:
+    """The conditions the workers of one master log once per interval between them."""
+    return [*(("queue", q) for q in config.queue_names), ("key", "retry"), ("key", "dead")]
 
 
 class _Wake(BaseException):
@@ -57,7 +65,7 @@ class Worker:
     def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int,
                  notes: Notes | None = None, watch: Watch | None = None):
         self.config = config
-        self.notes = notes if notes is not None else Notes(len(config.queue_names))
+        self.notes = notes if notes is not None else Notes(note_labels(config))
         self.watch = watch if watch is not None else Watch(config.concurrency)
         self._preference = _idle_preference(config)
         self.keys = keys
@@ -68,6 +76,9 @@ class Worker:
         self.stopping = False
         self.blocking = False
         self.batch = 1
+        #: Failures Redis refused to store (fail.lua): (reservation, kind, score, payload).
+        self.held: list[tuple[Reservation, str, float, str | bytes]] = []
+        self.next_held_retry = 0.0
         self._class_timeouts: dict[type, float | None] = {}
         self._durations: dict[str, float] = {}  # job class -> recent run time (seconds)
 
@@ -103,6 +114,7 @@ class Worker:
         random.seed()
         logsetup.retag(f"w{self.slot}")
         self.writer = SlotWriter(self.table, self.slot, os.getpid())
+        self.writer.tick()  # the record names this pid from now on (the master never writes it)
         client.dedicate_job_connection()
         cfg = self.config
         self.fetcher = Fetcher(
@@ -114,9 +126,12 @@ class Worker:
         self.title.idle()
 
     def _die_with_master(self) -> None:
-        """Ask Linux for a TERM when the master dies, so orphans stop fetching."""
+        """Ask Linux to SIGKILL this worker when the master dies. It was a TERM, on which a
+        worker finishes its job: but once the dead master's lease expires another master puts
+        that job back and runs it, so a job longer than the lease ran twice at the same time.
+        Killed at once, it runs again after the lease, once (at-least-once)."""
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         except (OSError, AttributeError):
             pass
         if os.getppid() != self.master_pid:
@@ -156,6 +171,8 @@ class Worker:
         time.sleep(backoff * (0.5 + random.random()))
 
     def _cycle(self) -> None:
+        if self.held and time.monotonic() >= self.next_held_retry:
+            self._write_held()
         jobs = self.fetcher.reserve(self.batch)
         if self.fetcher.bad_queues or self.fetcher.checked_all:
             self._check_queues()
@@ -224,13 +241,13 @@ class Worker:
         for name in self.fetcher.bad_queues:
             self._bad_queue(name)
         if self.fetcher.checked_all:
-            for i, name in enumerate(self.fetcher.queues):
-                if name not in self.fetcher.bad_queues and self.notes.clear(i):
+            for name in self.fetcher.queues:
+                if name not in self.fetcher.bad_queues and self.notes.clear(("queue", name)):
                     log.info("queue %s: key %s is a list again; serving it", name,
                              self.keys.queue(name))
 
     def _bad_queue(self, name: str) -> None:
-        if self.notes.due(self.fetcher.queues.index(name), BAD_QUEUE_LOG_INTERVAL):
+        if self.notes.due(("queue", name), BAD_QUEUE_LOG_INTERVAL):
             log.error("queue %s: key %s holds another Redis type, not a list (WRONGTYPE); "
                       "skipping this queue until the key is fixed, serving the others", name,
                       self.keys.queue(name))
@@ -252,9 +269,9 @@ class Worker:
         except PayloadError as e:
             self._reject(res, e)
             return
-        name, args = msg["class"], msg["args"]
+        name, args, kwargs = msg["class"], msg["args"], {}
         if activejob.is_wrapped(msg):
-            name, args = activejob.job_name(msg), activejob.arguments(msg)
+            name, (args, kwargs) = activejob.job_name(msg), activejob.arguments(msg)
         cls = registry.lookup(name)
         self._release_finished(msg["class"])
         timeout = self._timeout(msg, cls)
@@ -269,7 +286,7 @@ class Worker:
             job = cls()
             job.jid, job.queue, job.msg = msg["jid"], res.queue, msg
             with job_timeout(timeout, f"{msg['class']} (jid {msg['jid']})"):
-                server_middleware.invoke(job, msg, res.queue, lambda: job.perform(*args))
+                server_middleware.invoke(job, msg, res.queue, lambda: job.perform(*args, **kwargs))
         except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
             error = e
         elapsed = time.monotonic() - start
@@ -355,13 +372,42 @@ class Worker:
         backoff = BACKOFF_START
         while True:
             try:
-                self.fetcher.fail(res, kind, score, data)
-                return
+                written = self.fetcher.fail(res, kind, score, data)
+                break
             except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
                 if self.stopping:
                     raise
                 self._outage(e, backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
+        if written == REFUSED:
+            self._hold(res, kind, score, data)
+
+    def _hold(self, res: Reservation, kind: str, score: float, data) -> None:
+        """The failure's target key holds another Redis type: the job stays reserved (marked,
+        so it is not handed out again) and the write is tried again every HELD_RETRY seconds.
+        If this worker exits first, the master puts the job back in its queue."""
+        self.held.append((res, kind, score, data))
+        if not self.next_held_retry:
+            self.next_held_retry = time.monotonic() + HELD_RETRY
+        target = "retry" if kind == "retry" else "dead"
+        if self.notes.due(("key", target), BAD_QUEUE_LOG_INTERVAL):
+            log.error("key %s holds another Redis type, not a sorted set (WRONGTYPE): failed "
+                      "jobs stay reserved until it is fixed (%d held by worker %d)",
+                      getattr(self.keys, target), len(self.held), self.slot)
+
+    def _write_held(self) -> None:
+        held, self.held, self.next_held_retry = self.held, [], 0.0
+        for i, (res, kind, score, data) in enumerate(held):
+            try:
+                written = self.fetcher.fail(res, kind, score, data)
+            except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError):
+                self.held.extend(held[i:])  # the loop's outage handling takes it from here
+                self.next_held_retry = time.monotonic() + HELD_RETRY
+                raise
+            if written == REFUSED:
+                self._hold(res, kind, score, data)
+            else:
+                log.info("the failure of a held job (%s) is written now", kind)
 
 
 def _idle_preference(config) -> list[int]:

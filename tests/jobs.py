@@ -53,7 +53,7 @@ class Fail(queued.Job):
 
 
 class Crash(queued.Job):
-    """Kills its own worker: how is "kill", "exit" or "segv"."""
+    """Kills its own worker: how is "kill", "exit", "exit0" or "segv"."""
     queued_options = {"retry": 1}
 
     def perform(self, how="kill", times=1000):
@@ -63,6 +63,8 @@ class Crash(queued.Job):
                 os.kill(os.getpid(), signal.SIGKILL)
             elif how == "exit":
                 os._exit(7)
+            elif how == "exit0":  # a job ending its process "successfully" mid-job
+                os._exit(0)
             else:
                 ctypes.string_at(0)
         _finish(self)

@@ -412,3 +412,24 @@ def test_parser_flags():
 def test_environ_defaults_to_os_environ(monkeypatch):
     monkeypatch.setenv("REDIS_URL", "redis://fromos:1/0")
     assert config.load([]).redis_url == "redis://fromos:1/0"
+
+
+@pytest.mark.parametrize("text,beat,lease", [
+    ("heartbeat_interval: 4\nlease_timeout: 2", 4, 2),
+    ("heartbeat_interval: 2\nlease_timeout: 2", 2, 2),
+    ("heartbeat_interval: 20", 20, 30),          # against the default 30 s lease
+])
+def test_a_heartbeat_must_renew_the_lease_at_least_twice_per_lease(write, text, beat, lease):
+    # A beat renews the master's lease; with beats as far apart as the lease, two healthy
+    # masters reaped each other's running jobs
+    path = write(text + "\n", "x.yml")
+    assert error_of("-C", path) == (
+        f"{path}: heartbeat_interval ({beat}s) must be at most half of lease_timeout "
+        f"({lease}s): each beat renews the lease, and a lease that lapses between beats lets "
+        f"other masters take back running jobs")
+
+
+@pytest.mark.parametrize("text", ["heartbeat_interval: 1\nlease_timeout: 2",
+                                  "heartbeat_interval: 15"])
+def test_a_heartbeat_of_half_the_lease_is_accepted(write, text):
+    assert config.load(["-C", write(text + "\n", "x.yml")], environ={}).heartbeat_interval

@@ -13,7 +13,7 @@ import time
 import pytest
 import redis as redis_lib
 
-from queued.fetch import Fetcher, Reservation, fetch_orders, split_member
+from queued.fetch import GONE, WRITTEN, Fetcher, Reservation, fetch_orders, split_member
 from queued.keys import Keys
 
 from conftest import FETCH_IDENTITY, job
@@ -348,7 +348,7 @@ def test_fail_retry_writes_retry_and_drops_the_reservation(r, fetcher):
     r.lpush("queue:default", job(1))
     (res,) = fetcher.reserve(1)
     score = time.time() + 100.123456
-    assert fetcher.fail(res, "retry", score, '{"new":"payload"}') is True
+    assert fetcher.fail(res, "retry", score, '{"new":"payload"}') == WRITTEN
     assert r.zrange("retry", 0, -1, withscores=True) == [(b'{"new":"payload"}', score)]
     assert r.zcard(RESERVED) == 0
     assert r.zcard("dead") == 0
@@ -358,7 +358,7 @@ def test_fail_dead_writes_dead(r, fetcher):
     r.lpush("queue:default", job(1))
     (res,) = fetcher.reserve(1)
     now = time.time()
-    assert fetcher.fail(res, "dead", now, job(1)) is True
+    assert fetcher.fail(res, "dead", now, job(1)) == WRITTEN
     assert r.zrange("dead", 0, -1, withscores=True) == [(job(1), now)]
     assert r.zcard(RESERVED) == 0
     assert r.zcard("retry") == 0
@@ -367,7 +367,7 @@ def test_fail_dead_writes_dead(r, fetcher):
 def test_fail_drop_writes_nothing_but_releases(r, fetcher):
     r.lpush("queue:default", job(1))
     (res,) = fetcher.reserve(1)
-    assert fetcher.fail(res, "drop", time.time(), job(1)) is True
+    assert fetcher.fail(res, "drop", time.time(), job(1)) == WRITTEN
     assert r.zcard(RESERVED) == 0
     assert r.zcard("dead") == 0 and r.zcard("retry") == 0
 
@@ -377,7 +377,7 @@ def test_fail_of_a_recovered_reservation_writes_nothing(r, fetcher, kind):
     r.lpush("queue:default", job(1))
     (res,) = fetcher.reserve(1)
     r.zrem(RESERVED, res.member)
-    assert fetcher.fail(res, kind, time.time(), job(1)) is False
+    assert fetcher.fail(res, kind, time.time(), job(1)) == GONE
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0
 
 
@@ -400,7 +400,7 @@ def test_dead_is_trimmed_like_sidekiq(r, make_fetcher):
     r.lpush("queue:default", job(1))
     (res,) = f.reserve(1)
     # When a job dies
-    assert f.fail(res, "dead", now, job(1)) is True
+    assert f.fail(res, "dead", now, job(1)) == WRITTEN
     # Then dead is what Sidekiq's DeadSet#kill commands leave
     r.zadd("dead_ref", {job(1): now})
     r.zremrangebyscore("dead_ref", "-inf", now - timeout)
@@ -538,7 +538,7 @@ def test_reserve_survives_a_script_flush(r, fetcher):
     assert res.payload == job(2)
     res2 = Reservation(res.member, res.queue, res.payload)
     r.script_flush()
-    assert fetcher.fail(res2, "retry", time.time(), job(2)) is True
+    assert fetcher.fail(res2, "retry", time.time(), job(2)) == WRITTEN
 
 
 def test_an_ack_goes_out_before_the_worker_blocks(r, fetcher):
@@ -553,7 +553,7 @@ def test_an_ack_goes_out_with_a_failure(r, fetcher):
     r.lpush("queue:default", job(1), job(2))
     a, b = fetcher.reserve(2)
     fetcher.ack(a)
-    assert fetcher.fail(b, "retry", time.time(), job(2)) is True
+    assert fetcher.fail(b, "retry", time.time(), job(2)) == WRITTEN
     assert r.zcard(RESERVED) == 0
     assert r.zrange("retry", 0, -1) == [job(2)]
 
@@ -585,7 +585,7 @@ def test_send_acks_releases_a_finished_job_while_the_batch_goes_on(r, fetcher):
     (d,) = fetcher.reserve(1)
     assert d.payload == job(4)
     assert r.zrange(RESERVED, 0, -1) == [d.member]
-    assert fetcher.fail(d, "retry", time.time(), job(4)) is True
+    assert fetcher.fail(d, "retry", time.time(), job(4)) == WRITTEN
     assert r.zcard(RESERVED) == 0
 
 

@@ -29,7 +29,7 @@ def sidekiq_names(k: Keys) -> dict[str, str]:
 
 def queued_names(k: Keys) -> list[str]:
     return [k.reserved(IDENT, 3), k.landing(IDENT, 3, "low"), k.masters, k.lease(IDENT),
-            k.crashes("abc"), k.scheduler_leader]
+            k.scheduler_leader]
 
 
 def test_sidekiq_keys_without_a_namespace():
@@ -50,7 +50,7 @@ def test_sidekiq_keys_with_a_namespace():
 def test_queued_keys_sit_under_queued():
     assert queued_names(Keys()) == [
         f"queued:reserved:{IDENT}:3", f"queued:landing:{IDENT}:3:low", "queued:masters",
-        f"queued:lease:{IDENT}", "queued:crashes:abc", "queued:scheduler-leader"]
+        f"queued:lease:{IDENT}", "queued:scheduler-leader"]
     assert all(name.startswith("ns:queued:") for name in queued_names(Keys("ns")))
     assert [n[len("ns:"):] for n in queued_names(Keys("ns"))] == queued_names(Keys())
 

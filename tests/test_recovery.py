@@ -14,6 +14,7 @@ import pytest
 import redis as redis_lib
 
 from queued import recovery
+from queued.fetch import GONE, WRITTEN
 from queued.keys import Keys
 
 from conftest import FETCH_IDENTITY, job
@@ -136,26 +137,18 @@ def test_current_job_is_the_earliest_reservation(r, make_fetcher):
     assert cur.payload == job(1) and cur.queue == "default"
 
 
-def test_count_crash_increments_with_a_ttl(r):
-    assert recovery.count_crash(r, K, "jid1") == 1
-    assert recovery.count_crash(r, K, "jid1") == 2
-    assert recovery.count_crash(r, K, "jid2") == 1
-    ttl = r.ttl(K.crashes("jid1"))
-    assert recovery.CRASH_MEMORY - 5 < ttl <= recovery.CRASH_MEMORY
-
-
 def test_fail_reservation_moves_the_current_job_to_dead(r, make_fetcher):
     f = make_fetcher()
     r.lpush("queue:default", job(1))
     (res,) = f.reserve(1)
     now = time.time()
     assert recovery.fail_reservation(r, K, ME, 0, res, "dead", now, job(1).decode(),
-                                     15552000, 10000) is True
+                                     15552000, 10000) == WRITTEN
     assert r.zrange("dead", 0, -1) == [job(1)]
     assert r.zcard(K.reserved(ME, 0)) == 0
     # the second time the reservation is gone: nothing is written
     assert recovery.fail_reservation(r, K, ME, 0, res, "dead", now, "again", 15552000,
-                                     10000) is False
+                                     10000) == GONE
     assert r.zcard("dead") == 1
 
 
@@ -379,3 +372,101 @@ def test_reap_expired_sends_a_job_whose_queue_key_is_not_a_list_to_dead(r, make_
     assert drain(r, "default") == [job(2, "default")]
     assert r.zrange(K.dead, 0, -1) == [job(1, "broken")]
     assert not r.hexists(K.masters, OTHER)
+
+
+# --- settle: the job a worker died under ------------------------------------------------------
+
+def _cfg(**over):
+    from queued import config
+    return config.from_dict({"queues": ["default"], "max_crashes": 3, **over})
+
+
+def _running(r, make_fetcher, payload: bytes):
+    f = make_fetcher()
+    r.lpush("queue:default", payload)
+    (res,) = f.reserve(1)
+    return res, json.loads(payload)["jid"]
+
+
+def test_a_crash_sends_the_job_back_carrying_its_count_in_the_payload(r, make_fetcher):
+    # Given a slot whose worker died (SIGKILL) under a job a PHP producer wrote by hand
+    raw = b'{"class": "X", "args": ["a\\/b"], "jid": "0000000000000000000000aa"}'
+    res, jid = _running(r, make_fetcher, raw)
+    # When the master settles it, and the next run of the job kills its worker too
+    settled = recovery.settle(r, K, ME, _cfg(), 0, code=-9, reason="crash", running_jid=jid)
+    assert settled == (1, False, None)
+    (again,) = r.lrange("queue:default", 0, -1)
+    # Then the job went back with the count appended to the producer's own bytes, and the
+    # next crash counts from there; no key outlives it (queued:crashes:<jid> did, for a week)
+    assert again == raw[:-1] + b',"queued_crashes":1}'
+    r.delete("queue:default")
+    res, _ = _running(r, make_fetcher, again)
+    recovery.settle(r, K, ME, _cfg(), 0, code=-9, reason="crash", running_jid=jid)
+    assert json.loads(r.lpop("queue:default"))["queued_crashes"] == 2
+    assert r.keys("queued:crashes:*") == []
+
+
+def test_the_crash_that_reaches_max_crashes_sends_the_job_to_dead(r, make_fetcher):
+    raw = job(5)[:-1] + b',"queued_crashes":2}'
+    res, jid = _running(r, make_fetcher, raw)
+    settled = recovery.settle(r, K, ME, _cfg(), 0, code=-11, reason="crash", running_jid=jid)
+    assert settled == (0, True, None)
+    (dead,) = [json.loads(m) for m in r.zrange("dead", 0, -1)]
+    assert dead["error_class"] == "WorkerKilled" and "3 times" in dead["error_message"]
+    # (kicked back from dead, it starts afresh)
+    assert "queued_crashes" not in dead
+
+
+def test_a_run_that_ends_normally_ends_the_streak_of_crashes(r):
+    from queued import retry
+    msg = json.loads(job(1)[:-1] + b',"queued_crashes":2,"retry":3}')
+    outcome = retry.decide(msg, RuntimeError("x"), "default")
+    assert outcome.kind == "retry" and "queued_crashes" not in outcome.msg
+
+
+def test_a_settle_retried_after_an_error_counts_the_crash_once(r, make_fetcher, monkeypatch):
+    # Given a settle whose requeue failed (Redis went away mid-way)
+    res, jid = _running(r, make_fetcher, job(1))
+    real = recovery.requeue_slot
+
+    def broken(*args, **kwargs):
+        raise redis_lib.ConnectionError("gone")
+
+    monkeypatch.setattr(recovery, "requeue_slot", broken)
+    with pytest.raises(redis_lib.ConnectionError):
+        recovery.settle(r, K, ME, _cfg(), 0, code=-9, reason="crash", running_jid=jid)
+    # When the master settles it again
+    monkeypatch.setattr(recovery, "requeue_slot", real)
+    recovery.settle(r, K, ME, _cfg(), 0, code=-9, reason="crash", running_jid=jid)
+    # Then the crash counted once (a separate INCR could count it twice)
+    assert json.loads(r.lpop("queue:default"))["queued_crashes"] == 1
+
+
+def test_a_killed_activejob_job_uses_the_wrapped_classs_hooks(r, make_fetcher):
+    # Given a registered job class serving Rails' "WrappedHook" with its own retry_in, and an
+    # ActiveJob payload of it killed by the master at its timeout
+    import queued
+    from queued.job import registry
+
+    class WrappedHook(queued.Job):
+        queued_options = {"name": "WrappedHook", "retry": 5}
+
+        @classmethod
+        def retry_in(cls, count, exc):
+            return 5000
+
+    try:
+        raw = json.dumps({"class": "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper",
+                          "wrapped": "WrappedHook", "queue": "default", "retry": True,
+                          "args": [{"job_class": "WrappedHook", "arguments": []}],
+                          "jid": "ab" * 12}).encode()
+        res, jid = _running(r, make_fetcher, raw)
+        before = time.time()
+        recovery.settle(r, K, ME, _cfg(), 0, code=-9, reason="timeout", running_jid=jid,
+                        timeout=1.0)
+        # Then its retry is scheduled by WrappedHook.retry_in (5000 s + jitter), not by the
+        # default formula of an unknown wrapper class (15 s + jitter)
+        ((member, score),) = r.zrange("retry", 0, -1, withscores=True)
+        assert before + 5000 <= score <= time.time() + 5000 + 10
+    finally:
+        registry.unregister("WrappedHook")

@@ -121,12 +121,12 @@ def test_poll_keeps_payloads_in_their_original_form(r, sched):
 
 
 def test_poll_returns_seconds_until_the_next_due_job(r, sched):
-    assert sched.poll() is None
+    assert sched.poll() == (None, False)
     r.zadd("schedule", {member(1): time.time() + 30})
     r.zadd("retry", {member(2): time.time() + 10})
-    assert sched.poll() == pytest.approx(10, abs=1)
+    assert sched.poll()[0] == pytest.approx(10, abs=1)
     r.zadd("schedule", {member(3): time.time() + 2})
-    assert sched.poll() == pytest.approx(2, abs=1)
+    assert sched.poll()[0] == pytest.approx(2, abs=1)
 
 
 def test_poll_moves_more_than_one_batch(r, sched):
@@ -306,7 +306,7 @@ def test_a_due_job_whose_queue_key_is_not_a_list_goes_to_dead_and_the_rest_move(
     r.zadd("schedule", {member(1): past(), member(2, "broken"): past(5)})
     # When the scheduler polls
     with caplog.at_level(logging.ERROR, logger="queued.scheduler"):
-        assert sched.poll() is None
+        assert sched.poll() == (None, False)
     # Then the default job is queued, the other is in dead (with its enqueued_at), the
     # schedule is empty, and the log names the queue
     assert [without_enqueued_at(x) for x in r.lrange("queue:default", 0, -1)] == [member(1)]
@@ -317,3 +317,131 @@ def test_a_due_job_whose_queue_key_is_not_a_list_goes_to_dead_and_the_rest_move(
     assert [x.getMessage() for x in caplog.records] == [
         "a due job from schedule could not be pushed to queue broken: its key queue:broken "
         "holds another Redis type, not a list (WRONGTYPE); sent to dead"]
+
+
+# --- keys of the wrong type, a backlog, client middleware ---------------------------------------
+
+def test_a_retry_key_of_another_type_does_not_stop_schedule_from_being_served(r, sched, caplog):
+    # Given `retry` overwritten with a string and a due job in `schedule`
+    r.set("retry", "oops")
+    r.zadd("schedule", {member(1): past()})
+    # When the scheduler polls, twice
+    with caplog.at_level(logging.ERROR, logger="queued.scheduler"):
+        assert sched.poll() == (None, False)
+        sched.poll()
+    # Then the scheduled job is queued (due.lua used to abort on the first key), retry is
+    # untouched, and the bad key is named once
+    assert [without_enqueued_at(x) for x in r.lrange("queue:default", 0, -1)] == [member(1)]
+    assert r.get("retry") == b"oops"
+    assert [x.getMessage() for x in caplog.records] == [
+        "key retry holds another Redis type, not a sorted set (WRONGTYPE); its due jobs wait "
+        "until it is fixed; serving the others"]
+
+
+def test_unmovable_due_jobs_stay_scheduled_and_are_passed_over(r, sched, caplog):
+    # Given more unusable due jobs than one batch while `dead` holds a string (they could go
+    # nowhere), and good due jobs after them
+    r.set("dead", "oops")
+    bad = {b"not json %d" % i: past(100 - i * 0.01) for i in range(BATCH + 20)}
+    r.zadd("schedule", bad)
+    r.zadd("schedule", {member(i): past(1) for i in range(3)})
+    # When the scheduler polls
+    with caplog.at_level(logging.ERROR, logger="queued.scheduler"):
+        sched.poll()
+    # Then the good ones are queued, the bad ones are still scheduled (not lost: the ZREM
+    # used to come before a ZADD that failed), and the log says so
+    assert sorted(without_enqueued_at(x) for x in r.lrange("queue:default", 0, -1)) == sorted(
+        member(i) for i in range(3))
+    assert set(r.zrange("schedule", 0, -1)) == set(bad)
+    assert r.get("dead") == b"oops"
+    assert any("due job(s) in schedule can go neither to their queue nor to dead" in
+               x.getMessage() for x in caplog.records)
+    # And once dead is fixed, the next poll sends them there
+    r.delete("dead")
+    sched.poll()
+    assert r.zcard("schedule") == 0 and set(r.zrange("dead", 0, -1)) == set(bad)
+
+
+def test_a_job_whose_queue_and_dead_are_both_broken_stays_scheduled(r, sched):
+    r.set("queue:broken", "x")
+    r.set("dead", "oops")
+    r.zadd("schedule", {member(1, "broken"): past()})
+    sched.poll()
+    assert r.zrange("schedule", 0, -1) == [member(1, "broken")]
+    r.delete("dead")
+    sched.poll()
+    assert r.zcard("schedule") == 0 and r.zcard("dead") == 1
+
+
+def test_a_backlog_is_moved_in_slices_so_the_master_loop_keeps_turning(r, sched):
+    # Given 250 due jobs
+    r.zadd("schedule", {member(i): past() for i in range(250)})
+    # When the scheduler polls with a slice of 100
+    assert sched.poll(limit=100) == (None, True)
+    # Then it stopped after the slice (a batch or so), telling the caller there is more
+    assert 100 <= r.llen("queue:default") <= 100 + BATCH
+    assert sched.poll(limit=100)[1] is True
+    assert sched.poll(limit=100) == (None, False)
+    assert r.llen("queue:default") == 250 and r.zcard("schedule") == 0
+
+
+def test_tick_comes_back_at_once_while_a_backlog_is_left(r, sched, monkeypatch):
+    monkeypatch.setattr("queued.scheduler.SLICE", 100)
+    r.zadd("schedule", {member(i): past() for i in range(250)})
+    sched.tick(1000.0)
+    assert sched.next_poll == 1000.0 and r.llen("queue:default") < 250
+    sched.tick(1000.0)
+    sched.tick(1000.0)
+    assert r.llen("queue:default") == 250
+    assert sched.next_poll > 1000.0
+
+
+@pytest.fixture
+def middleware():
+    from queued.middleware import client_middleware
+    yield client_middleware
+    client_middleware.clear()
+
+
+class Tagger:
+    def __call__(self, job, msg, queue, call_next):
+        msg["tagged_by"] = job
+        return call_next()
+
+
+class Canceller:
+    def __call__(self, job, msg, queue, call_next):
+        if msg["args"] != [2]:
+            return call_next()
+
+
+class Breaker:
+    def __call__(self, job, msg, queue, call_next):
+        raise RuntimeError("broken middleware")
+
+
+def test_due_jobs_go_through_client_middleware_as_sidekiq_pushes_them(r, sched, middleware):
+    # Given client middleware (Sidekiq 6.4's poller pushes due jobs through Client.push,
+    # so its client middleware sees them) that tags jobs and cancels job 2
+    middleware.add(Tagger)
+    middleware.add(Canceller)
+    r.zadd("schedule", {member(1): past(), member(2): past(), member(3, at=5.0): past()})
+    # When the scheduler polls
+    sched.poll()
+    # Then the jobs that went through are tagged, with enqueued_at and without at; the
+    # cancelled one is dropped (as Sidekiq drops a due job whose push a middleware cancels)
+    moved = sorted((json.loads(x) for x in r.lrange("queue:default", 0, -1)),
+                   key=lambda m: m["args"])
+    assert [(m["args"], m["tagged_by"], "at" in m) for m in moved] == [([1], "X", False),
+                                                                     ([3], "X", False)]
+    assert all(isinstance(m["enqueued_at"], float) for m in moved)
+    assert r.zcard("schedule") == 0 and r.zcard("dead") == 0
+
+
+def test_a_raising_client_middleware_leaves_due_jobs_moving(r, sched, middleware, caplog):
+    middleware.add(Breaker)
+    r.zadd("schedule", {member(1): past()})
+    with caplog.at_level(logging.ERROR, logger="queued.scheduler"):
+        sched.poll()
+    assert [without_enqueued_at(x) for x in r.lrange("queue:default", 0, -1)] == [member(1)]
+    assert "client middleware raised on a due job" in caplog.text

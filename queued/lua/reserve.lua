@@ -15,19 +15,31 @@
 -- then             N fetch orders of Q 1-based queue indexes each: job i tries its own order,
 --                  so weighted random order is drawn per job exactly as Sidekiq draws per fetch
 -- Returns {acks that found their reservation, {names of queues whose key is not a list},
--- number of adopted members, member...}, members earliest first (adopted ones first). Scores
+-- number of adopted members, number taken from the landing list, member...}, members earliest
+-- first (adopted ones first, then the landed ones, then the queues'). Scores
 -- grow by 1 us per job so ZRANGE 0 0 is the job the worker runs first.
 --
 -- A queue key of another type (SET queue:x by mistake) is skipped and named in the reply:
 -- RPOP on it is a WRONGTYPE error, and with redis.call that error aborted the whole script,
 -- so one broken queue stopped every fetch of every worker (they crash-looped).
 --
--- Adoption: the worker calls this holding nothing but the acks it sends. Any other member of
+-- Adoption: the worker calls this holding nothing but the acks it sends (and failures it could
+-- not write yet, scored -1 by fail.lua and skipped here). Any other member of
 -- its reserved zset was reserved by a call whose reply it never read: Redis ran the script and
 -- the connection broke before the reply arrived (Redis shut down right after it, a socket
 -- timeout while Redis was frozen, or the slot's previous worker was SIGKILLed with the call in
 -- flight and Redis ran it after the master had emptied the slot). Nobody else would ever run
 -- or release such a job while this worker lives, so it is handed to the worker now.
+--
+-- Our own keys are checked before the first write (no script is rolled back: an error after
+-- the acks' ZREM would leave them applied and the batch untaken). Clobbered by hand, they make
+-- the call fail whole, and the worker backs off and says so.
+for _, key in ipairs({KEYS[1], KEYS[2]}) do
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'none' and kind ~= (key == KEYS[1] and 'zset' or 'list') then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not queued\'s')
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local n = tonumber(ARGV[1])
@@ -47,9 +59,11 @@ local function variadic(cmd, key, list, first, last)
 end
 local acked = variadic('ZREM', KEYS[1], ARGV, 5, names)
 local bad = {}
-local out = {acked, bad, 0}
+local out = {acked, bad, 0, 0}
 local head = #out
-for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+-- (from score 0: a job whose failure could not be written yet is marked -1 by fail.lua and
+-- stays with the worker that keeps retrying the write)
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf')) do
   out[#out + 1] = m
 end
 out[3] = #out - head
@@ -65,6 +79,7 @@ while landed do
   keep(ARGV[3], landed)
   landed = redis.call('RPOP', KEYS[2])
 end
+out[4] = #out - head - out[3]
 local broken = {}
 local function pop(idx, count)
   if broken[idx] then return nil end

@@ -11,6 +11,7 @@ from conftest import RedisServer, find_redis_server, free_port
 from harness import Daemon, counts, wait_for
 
 import queued
+from queued.errors import EXIT_REDIS_ERROR
 
 
 def one_line(text):
@@ -146,10 +147,26 @@ def test_term_while_redis_is_away_mid_run_exits_at_the_deadline(tmp_path):
         t0 = time.time()
         d.signal(signal.SIGTERM)
         # Then it stops by its deadline (its workers' slots cannot be put back; they stay
-        # registered for the reaper) instead of waiting for Redis for ever
-        assert d.wait(2 + 8) == 0
+        # registered for the reaper) instead of waiting for Redis for ever, with the status
+        # that tells a supervisor so
+        assert d.wait(2 + 8) == EXIT_REDIS_ERROR == 5
         assert time.time() - t0 < 2 + 5
         assert "stay reserved" in d.output()
     finally:
         d.cleanup()
         server.stop()
+
+
+def test_a_term_while_the_job_code_loads_stops_the_daemon_cleanly(daemon, r):
+    # Given a daemon still importing its job code (seconds, as a big application takes)
+    d = daemon(require=("jobmods/slow_import.py",), wait=False)
+    wait_for(lambda: r.get("t:importing"), 10, what="the import to begin")
+    # When it is told to stop before the master's signal handlers exist
+    d.signal(signal.SIGTERM)
+    # Then it finishes loading, then stops cleanly: exit 0, not killed by the TERM (-15),
+    # nothing left registered
+    assert d.wait(15) == 0
+    out = d.output()
+    assert "TERM: shutting down" in out and "bye" in out
+    assert r.hlen("queued:masters") == 0
+    assert r.smembers("processes") == set()

@@ -62,9 +62,10 @@ class PyHardJob(queued.Job):
     def retry_in(cls, count, exc):
         return LATER
 
-    def perform(self, *args):
+    def perform(self, *args, **kwargs):
         _r().rpush(AJ_RUNS, json.dumps({
-            "jid": self.jid, "queue": self.queue, "args": list(args), "at": time.time(),
+            "jid": self.jid, "queue": self.queue, "args": list(args), "kwargs": kwargs,
+            "at": time.time(),
             "msg_class": self.msg.get("class"), "wrapped": self.msg.get("wrapped")}))
         _r().hincrby(RUNS, self.jid, 1)
         if args and args[0] == "fail":

@@ -1,7 +1,7 @@
 """Rails ActiveJob (Debian's activejob 6.1) jobs enqueued through the Sidekiq adapter run on
 queued: a Python job registered under the ActiveJob class's name runs with ActiveJob's
-arguments unwrapped (``_aj_symbol_keys``/``_aj_ruby2_keywords``/indifferent-access markers
-stripped, symbols as strings), from the queue, another queue (``set(queue:)``) and the schedule
+arguments unwrapped (``_aj_symbol_keys``/indifferent-access markers stripped, symbols as
+strings, keyword arguments marked ``_aj_ruby2_keywords`` as Python keyword arguments), from the queue, another queue (``set(queue:)``) and the schedule
 (``set(wait:)``); a failing one takes queued's retry path with Rails' JobWrapper payload kept,
 so Sidekiq's API still shows it as the ActiveJob class and can retry it.
 
@@ -102,8 +102,7 @@ def test_activejob_jobs_run_on_queued_with_their_arguments_unwrapped(
     # Then each ran once, with ActiveJob's arguments as plain values
     expected = {
         "plain": [1, "two", {"a": 1, "b": [2.5]}, "sym"],
-        "nested": [["x", {"y": ["z", None, True, 2**70, 1.0]}], {"k": "v"}, "ünïcødé ☃",
-                   {"kw": "word"}],
+        "nested": [["x", {"y": ["z", None, True, 2**70, 1.0]}], {"k": "v"}, "ünïcødé ☃"],
         "other": ["other-queue", 3],
         "later": ["later"],
         "fail": ["fail", {"deep": {"sym": "v"}}],
@@ -111,6 +110,8 @@ def test_activejob_jobs_run_on_queued_with_their_arguments_unwrapped(
     for name, args in expected.items():
         (run,) = runs[jids[name]]
         assert run["args"] == args, name
+        # Ruby keyword arguments (`kw: :word`) arrive as Python keyword arguments
+        assert run["kwargs"] == ({"kw": "word"} if name == "nested" else {}), name
         assert (run["msg_class"], run["wrapped"]) == (WRAPPER, "HardJob"), name
         assert run["queue"] == ("other" if name == "other" else "default"), name
     assert isinstance(runs[jids["nested"]][0]["args"][0][1]["y"][4], float)
