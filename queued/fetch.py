@@ -121,6 +121,7 @@ class Fetcher:
             url, socket_timeout=block_seconds + connection.SOCKET_TIMEOUT,
             name=f"queued-worker-{slot}")
         self._conn = None
+        self.client_id = 0  # of the connection above, once made (see _connection)
         self._acks: list[bytes] = []  # finished jobs whose ZREM goes out with the next call
         self._unread: list[list[bytes]] = []  # acks sent ahead (send_acks), replies unread
         # After a broken connection the pending acks may already have been applied (the call
@@ -137,12 +138,28 @@ class Fetcher:
     # --- the dedicated connection ---------------------------------------------------------
     def _connection(self):
         if self._conn is None:
-            self._conn = self.redis.connection_pool.get_connection()
+            conn = self.redis.connection_pool.get_connection()
+            try:
+                # The master wakes a blocked worker by this id (CLIENT UNBLOCK: waker.py).
+                conn.send_command("CLIENT", "ID")
+                self.client_id = int(conn.read_response())
+            except redis.ResponseError:  # refused (an ACL without CLIENT): nobody wakes us
+                self.client_id = 0
+            except BaseException:
+                conn.disconnect()
+                raise
+            self._conn = conn
         return self._conn
 
-    def _call(self, *args, with_acks: bool = True):
+    def connect(self) -> int:
+        """Make sure the connection is up; its Redis client id (0 if Redis refused to say)."""
+        self._connection()
+        return self.client_id
+
+    def _call(self, *args, with_acks: bool = True, after_send=None):
         """One command on the worker's own connection; pending acks ride in the same write
-        (reserve passes them inside the script instead)."""
+        (reserve passes them inside the script instead). ``after_send`` is called once the
+        command is on its way, before the reply is awaited."""
         self._settle()
         conn = self._connection()
         commands = [args]
@@ -152,6 +169,8 @@ class Fetcher:
             self._acks = []
         try:
             conn.send_packed_command(conn.pack_commands(commands))
+            if after_send is not None:
+                after_send()
             self._read_unread(conn)
             return conn.read_response()
         except (redis.ConnectionError, redis.TimeoutError, OSError):
@@ -338,13 +357,14 @@ class Fetcher:
         self._acks.append(res.member)
         return True
 
-    def block(self, queue: str | None = None) -> bytes | None:
+    def block(self, queue: str | None = None, after_send=None) -> bytes | None:
         """Wait for a job on ``queue`` (by default this slot's own); the payload that landed,
-        or None. BLMOVE keeps it in Redis (the slot's landing list for that queue) the whole
-        time, so nothing is lost if the worker dies now."""
+        or None (the block timed out, or the master woke us: a job is on another queue).
+        BLMOVE keeps it in Redis (the slot's landing list for that queue) the whole time, so
+        nothing is lost if the worker dies now. ``after_send``: see ``_call``."""
         q = self._landing_queue = queue or self.block_queue
         return self._call("BLMOVE", self.keys.queue(q), self.landings[q], "RIGHT", "LEFT",
-                          self.block_seconds)
+                          self.block_seconds, after_send=after_send)
 
     def ack(self, res: Reservation) -> None:
         """Mark a job finished; its ZREM goes out with the next call on this connection."""

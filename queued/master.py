@@ -28,6 +28,7 @@ from .heartbeat import Heartbeat, new_identity
 from .keys import Keys
 from .scheduler import Scheduler
 from .slots import Notes, SlotTable, SlotWriter, Watch
+from .waker import Waker
 from .worker import Worker, note_labels
 
 log = logging.getLogger("queued.master")
@@ -91,6 +92,8 @@ class Master:
         self.r = make_redis(config.redis_url, socket_timeout=5.0, name="queued-master")
         self.heartbeat = Heartbeat(self.r, self.keys, self.identity, config, self.started_at)
         self.scheduler = Scheduler(self.r, self.keys, self.identity, config)
+        self.waker = Waker(self.r, self.keys, config.queue_names, self.watch,
+                           config.fetch_timeout)
         self.lease_ms = int(config.lease_timeout * 1000)
         # An idle worker ticks its record before each blocking fetch, which lasts up to
         # fetch_timeout: only silence beyond that is a stuck worker (a fixed 60 s limit killed
@@ -112,6 +115,7 @@ class Master:
             while not self._stopped():
                 self._wait()
                 self._handle_signals()
+                self.waker.step(wake=self.state == RUNNING)
                 self._reap()
                 self._recover_pending()
                 self._murder()
@@ -175,6 +179,7 @@ class Master:
                 step()
             except (redis.RedisError, OSError) as e:
                 log.warning("could not clear this process's record at exit: %s", e)
+        self.waker.close()
         titles.set_title(titles.master_title(self.config.tag, 0, self.config.concurrency,
                                              "stopped"))
 
@@ -200,8 +205,11 @@ class Master:
                 timeout = min(timeout, self.deadline - now)
             if self.dumps:
                 timeout = min(timeout, max(0.0, self.next_dump - now))
+            waker = self.waker.due_in(now)
+            if waker is not None:
+                timeout = min(timeout, waker)
         try:
-            select.select([self.wake_r], [], [], timeout)
+            select.select([self.wake_r, *self.waker.fds()], [], [], timeout)
         except InterruptedError:
             pass
 
@@ -293,13 +301,13 @@ class Master:
 
     def _fork(self, slot: int) -> None:
         worker = Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid(),
-                        self.notes, self.watch)
+                        self.notes, self.watch, self.waker.idle_w)
         # The record is made ready before the fork and left to the child after it: a reset
         # here after fork() overwrote the record of a child that had already begun a job,
         # hiding it from the timeout kill, the heartbeat and the crash count.
         self.table.reset(slot)
         processed = self.table.read(slot, writer_alive=False).processed
-        self.watch.set(slot, None)  # its previous worker may have died while blocked
+        self.watch.clear(slot)  # its previous worker may have died while blocked
         old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
         try:
             pid = os.fork()
@@ -307,6 +315,7 @@ class Master:
                 signal.set_wakeup_fd(-1)
                 os.close(self.wake_r)
                 os.close(self.wake_w)
+                os.close(self.waker.idle_r)
                 worker.run()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)

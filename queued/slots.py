@@ -192,24 +192,41 @@ class Notes:
 
 
 class Watch:
-    """Which queue each idle worker is blocked on (one anonymous shared mapping, made before
-    fork): BLMOVE waits on one list only, so a worker going idle picks a queue no other idle
-    worker waits on, and a job pushed to any queue wakes someone at once while there are as
-    many idle workers as queues. One 2-byte value per slot (0: not blocked, else queue index
-    + 1), written only by the slot's worker (and by the master while the slot has none), so
-    no lock is needed; a reader may see a value a moment old, which costs at most one
-    worker waiting on a queue another one also waits on."""
+    """Which queue each idle worker is blocked on, and the Redis client id of its connection
+    (one anonymous shared mapping, made before fork). BLMOVE waits on one list only, so a
+    worker going idle picks a queue no other idle worker waits on; a job pushed to a queue
+    nobody waits on is seen by the master (waker.py), which wakes an idle worker with
+    ``CLIENT UNBLOCK`` and that client id. Per slot: the queue (0: not blocked, else index + 1)
+    and the client id (0: none), written only by the slot's worker (and by the master while the
+    slot has none), so no lock is needed. The worker stores its client id before it ever
+    marks itself blocked, so a reader that sees a queue sees the right id."""
 
-    _VALUE = struct.Struct("<H")
+    _SLOT = struct.Struct("<H6xQ")
 
     def __init__(self, slots: int):
         self.slots = slots
-        self.mem = mmap.mmap(-1, max(1, slots) * self._VALUE.size)
-        self._all = struct.Struct(f"<{slots}H")
+        self.mem = mmap.mmap(-1, max(1, slots) * self._SLOT.size)
+        self._all = struct.Struct("<" + "H6xQ" * slots)
 
     def set(self, slot: int, queue: int | None) -> None:
-        self._VALUE.pack_into(self.mem, slot * self._VALUE.size, 0 if queue is None else queue + 1)
+        struct.pack_into("<H", self.mem, slot * self._SLOT.size, 0 if queue is None else queue + 1)
+
+    def set_client(self, slot: int, client_id: int) -> None:
+        struct.pack_into("<Q", self.mem, slot * self._SLOT.size + 8, client_id)
+
+    def clear(self, slot: int) -> None:
+        self._SLOT.pack_into(self.mem, slot * self._SLOT.size, 0, 0)
+
+    def _values(self) -> tuple:
+        return self._all.unpack_from(self.mem)
 
     def others(self, slot: int) -> set[int]:
         """Indexes of the queues the other slots' workers are blocked on."""
-        return {v - 1 for i, v in enumerate(self._all.unpack_from(self.mem)) if v and i != slot}
+        values = self._values()
+        return {values[2 * i] - 1 for i in range(self.slots) if values[2 * i] and i != slot}
+
+    def blocked(self) -> dict[int, tuple[int, int]]:
+        """slot -> (queue index, client id) of every worker blocked now (with a known id)."""
+        values = self._values()
+        return {i: (values[2 * i] - 1, values[2 * i + 1]) for i in range(self.slots)
+                if values[2 * i] and values[2 * i + 1]}

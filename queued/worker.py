@@ -63,10 +63,12 @@ class Worker:
     """Built in the master before fork; ``run`` is the child's whole life."""
 
     def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int,
-                 notes: Notes | None = None, watch: Watch | None = None):
+                 notes: Notes | None = None, watch: Watch | None = None,
+                 idle_fd: int | None = None):
         self.config = config
         self.notes = notes if notes is not None else Notes(note_labels(config))
         self.watch = watch if watch is not None else Watch(config.concurrency)
+        self.idle_fd = idle_fd  # a byte written here tells the master we block (waker.py)
         self._preference = _idle_preference(config)
         self.keys = keys
         self.identity = identity
@@ -119,8 +121,7 @@ class Worker:
         cfg = self.config
         self.fetcher = Fetcher(
             cfg.redis_url, self.keys, self.identity, self.slot, cfg.queue_names,
-            cfg.weighted_queues, cfg.strict,
-            cfg.fetch_timeout if len(cfg.queue_names) == 1 else min(cfg.fetch_timeout, 1.0),
+            cfg.weighted_queues, cfg.strict, cfg.fetch_timeout,
             cfg.dead_timeout_in_seconds, cfg.dead_max_jobs)
         self.title = titles.WorkerTitle(cfg.tag, self.slot)
         self.title.idle()
@@ -204,8 +205,8 @@ class Worker:
         """The queue to wait on: the first (in priority order) that no other idle worker waits
         on, else this slot's own. BLMOVE waits on one list, where Sidekiq's BRPOP waits on all
         of them; sharing the queues out keeps a push to any queue waking a worker at once
-        while there are as many idle workers as queues. (A job on a queue nobody waits on is
-        found by the next reserve call: within ``fetch_timeout``, at most 1 s.)"""
+        while there are as many idle workers as queues. (For a job on a queue nobody waits on,
+        the master wakes one of us: waker.py.)"""
         taken = self.watch.others(self.slot)
         for i in self._preference:
             if i not in taken:
@@ -213,13 +214,16 @@ class Worker:
         return self.fetcher.block_queue
 
     def _block(self, queue: str) -> bytes | None:
-        """Wait for a job on ``queue``; the payload that landed, or None."""
+        """Wait for a job on ``queue``; the payload that landed, or None (timed out, or woken
+        by the master for a job on another queue: the next reserve looks at every queue)."""
         self.blocking = True
-        self.watch.set(self.slot, self.fetcher.queues.index(queue))
         try:
             if self.stopping:
                 return None
-            return self.fetcher.block(queue)
+            # The client id first, then the queue: the master wakes us by that id (slots.Watch)
+            self.watch.set_client(self.slot, self.fetcher.connect())
+            self.watch.set(self.slot, self.fetcher.queues.index(queue))
+            return self.fetcher.block(queue, after_send=self._announce_idle)
         except redis.ResponseError as e:
             # The queue this worker blocks on has a key of the wrong type: BLMOVE fails at
             # once, every time. It used to crash the worker, and each replacement crashed the
@@ -234,6 +238,16 @@ class Worker:
         finally:
             self.blocking = False
             self.watch.set(self.slot, None)
+
+    def _announce_idle(self) -> None:
+        """Tell the master this worker now blocks (one byte; a full pipe means the master has
+        plenty to read already), so a job it saw land on a queue nobody watched then can be
+        handed to us (waker.py)."""
+        if self.idle_fd is not None:
+            try:
+                os.write(self.idle_fd, b"\0")
+            except OSError:
+                pass
 
     def _check_queues(self) -> None:
         """Log a queue whose key is not a list (reserve.lua skips it), once a minute for the

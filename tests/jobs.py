@@ -178,3 +178,14 @@ class Patient(queued.Job):
         _start(self)
         time.sleep(seconds)
         _finish(self)
+
+
+PICKUP = "t:pickup"    # list of "queue:seconds from push to start"
+
+
+class Pickup(queued.Job):
+    """Records how long after its push (``enqueued_at``) it started, and on which queue."""
+
+    def perform(self):
+        started = time.time()
+        _r().rpush(PICKUP, f"{self.queue}:{started - self.msg['enqueued_at']!r}")

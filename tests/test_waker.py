@@ -1,0 +1,160 @@
+"""queued.waker: a job pushed to a queue no idle worker waits on wakes one idle worker.
+
+A real Redis, a real blocked client (BLMOVE in a thread) standing for a worker, and the
+waker's step called directly."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import redis as redis_lib
+
+from queued.keys import Keys
+from queued.slots import Watch
+from queued.waker import Waker
+
+K = Keys()
+QUEUES = ["a", "b", "c"]
+
+
+class Sleeper:
+    """A client blocked in BLMOVE on one queue, as an idle worker is."""
+
+    def __init__(self, url, watch, slot, queue):
+        self.r = redis_lib.Redis.from_url(url, single_connection_client=True)
+        self.client_id = self.r.client_id()
+        self.result = "blocking"
+        watch.set_client(slot, self.client_id)
+        watch.set(slot, QUEUES.index(queue))
+        self.thread = threading.Thread(target=self._block, args=(queue,), daemon=True)
+        self.thread.start()
+
+    def _block(self, queue):
+        try:
+            self.result = self.r.blmove(K.queue(queue), f"landing:{queue}", 10, "RIGHT", "LEFT")
+        except redis_lib.ConnectionError as e:  # the test's Redis went on to the next test
+            self.result = e
+
+    def blocked(self, r) -> bool:
+        return any(c["id"] == str(self.client_id) and c["cmd"] == "blmove"
+                   for c in r.client_list())
+
+    def announce(self, waker) -> None:
+        """What a worker does once its BLMOVE is on its way (worker._announce_idle)."""
+        os.write(waker.idle_w, b"\0")
+
+    def woken(self, timeout=2.0) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+
+@pytest.fixture
+def waker(r):
+    w = Waker(r, K, QUEUES, Watch(2), horizon=5.0)
+    yield w
+    w.close()
+
+
+def settle(waker, until, timeout=2.0):
+    deadline = time.monotonic() + timeout
+    while not until() and time.monotonic() < deadline:
+        waker.step()
+        time.sleep(0.001)
+    return until()
+
+
+def test_a_push_to_an_unwatched_queue_wakes_a_blocked_worker(r, redis_url, waker):
+    waker.step()  # tracking is set up
+    sleeper = Sleeper(redis_url, waker.watch, 0, "a")
+    assert settle(waker, lambda: sleeper.blocked(r))
+    sleeper.announce(waker)
+    # When a job is pushed to queue b, which nobody waits on
+    r.lpush(K.queue("b"), b"job")
+    # Then the master's step wakes the worker blocked on a: its BLMOVE returns nil at once
+    assert settle(waker, lambda: sleeper.woken(0))
+    assert sleeper.result is None
+    assert r.lrange(K.queue("b"), 0, -1) == [b"job"]  # (the worker's reserve takes it)
+    assert waker.pending == {}
+
+
+def test_a_push_to_a_watched_queue_is_left_to_its_worker(r, redis_url, waker):
+    waker.step()
+    sleeper = Sleeper(redis_url, waker.watch, 0, "a")
+    assert settle(waker, lambda: sleeper.blocked(r))
+    sleeper.announce(waker)
+    r.lpush(K.queue("a"), b"job")
+    assert sleeper.woken()
+    assert sleeper.result == b"job"  # its own BLMOVE took it; nobody was unblocked
+    waker.step()
+    assert waker.pending == {}
+
+
+def test_a_pop_that_emptied_the_queue_wakes_nobody(r, redis_url, waker):
+    waker.step()
+    sleeper = Sleeper(redis_url, waker.watch, 0, "a")
+    assert settle(waker, lambda: sleeper.blocked(r))
+    sleeper.announce(waker)
+    r.lpush(K.queue("b"), b"job")
+    r.rpop(K.queue("b"))  # taken by someone before the master looked
+    for _ in range(20):
+        waker.step()
+        time.sleep(0.002)
+    assert sleeper.thread.is_alive() and waker.pending == {}
+    r.lpush(K.queue("a"), b"end")
+    assert sleeper.woken()
+
+
+def test_keys_of_other_queues_and_other_prefixes_are_ignored(r, redis_url, waker):
+    waker.step()
+    sleeper = Sleeper(redis_url, waker.watch, 0, "a")
+    assert settle(waker, lambda: sleeper.blocked(r))
+    sleeper.announce(waker)
+    r.lpush(K.queue("not-served"), b"job")
+    r.lpush("queues-like-key", b"x")
+    for _ in range(20):
+        waker.step()
+        time.sleep(0.002)
+    assert sleeper.thread.is_alive() and waker.pending == {}
+    r.lpush(K.queue("a"), b"end")
+    assert sleeper.woken()
+
+
+def test_a_worker_that_blocks_after_the_push_is_woken_when_it_says_so(r, redis_url, waker):
+    # Given a push to b while no worker is blocked (both busy)
+    waker.step()
+    r.lpush(K.queue("b"), b"job")
+    assert settle(waker, lambda: waker.pending)
+    # When a worker blocks on a afterwards and says so through the idle pipe
+    sleeper = Sleeper(redis_url, waker.watch, 1, "a")
+    assert settle(waker, lambda: sleeper.blocked(r))
+    sleeper.announce(waker)
+    import os
+    os.write(waker.idle_w, b"\0")
+    # Then it is woken for the job on b
+    assert settle(waker, lambda: sleeper.woken(0))
+
+
+def test_without_client_tracking_it_says_so_once_and_stays_off(r, waker, caplog, monkeypatch):
+    real = waker._connection
+
+    def refusing():
+        conn = real()
+        original = conn.send_command
+
+        def send(*args, **kwargs):
+            if args[:2] == ("CLIENT", "TRACKING"):
+                args = ("CLIENT", "NO-SUCH-SUBCOMMAND")
+            return original(*args, **kwargs)
+        conn.send_command = send
+        return conn
+
+    monkeypatch.setattr(waker, "_connection", refusing)
+    import logging
+    with caplog.at_level(logging.WARNING, logger="queued.waker"):
+        waker.step()
+        waker.step()
+    assert waker.unsupported and waker.sub is None and waker.fds() == [waker.idle_r]
+    assert [rec.getMessage().split(" (")[0] for rec in caplog.records] == [
+        "Redis refused CLIENT TRACKING"]
