@@ -404,6 +404,8 @@ class Master:
         titles.set_title(titles.master_title(self.config.tag, busy, self.config.concurrency, state))
         try:
             remote = self.heartbeat.beat(views, self.state != RUNNING, self.lease_ms)
+            if self.heartbeat.lapse:  # frozen or cut off past the lease (heartbeat._lapse)
+                log.warning("%s", self.heartbeat.lapse)
             if self.state == RUNNING:
                 self.scheduler.elect()
             self._reap_expired()
