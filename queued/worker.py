@@ -355,7 +355,12 @@ class Worker:
         backoff = BACKOFF_START
         while True:
             try:
-                self.fetcher.fail(res, kind, score, data)
+                if not self.fetcher.fail(res, kind, score, data):
+                    # Its reservation was gone: another master put the job back after this
+                    # master's lease expired (frozen, or cut off from Redis). Writing the
+                    # failure too would keep it in two places; it runs again from its queue.
+                    log.warning("a failed job's reservation was gone (recovered after a lease "
+                                "expiry); its failure is not recorded, it runs again")
                 return
             except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
                 if self.stopping:
