@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         # Producers inside jobs (and the job code's own get_redis()) use the daemon's Redis.
         client.configure(url=cfg.redis_url, namespace=cfg.namespace)
         load_app(cfg.require, base_dir)
-        return _run(cfg)
+        return _run(cfg, embedded)
     except AppLoadError as e:
         return _fail(str(e), APP_LOAD_ERROR)
     except (ConfigError, QueuedError) as e:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             embedded.stop()
 
 
-def _run(cfg) -> int:
+def _run(cfg, embedded=None) -> int:
     from .job import registry
     from .master import Master
     if not registry.names():
@@ -116,7 +116,7 @@ def _run(cfg) -> int:
         with open(cfg.pidfile, "w") as f:
             f.write(f"{os.getpid()}\n")
     try:
-        return Master(cfg).run()
+        return Master(cfg, embedded).run()
     finally:
         if cfg.pidfile:
             try:

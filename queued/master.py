@@ -23,7 +23,7 @@ import redis
 
 from . import events, recovery, titles
 from .connection import make_redis
-from .errors import WORKER_BOOT_ERROR
+from .errors import WORKER_BOOT_ERROR, QueuedError
 from .heartbeat import Heartbeat, new_identity
 from .keys import Keys
 from .scheduler import Scheduler
@@ -44,6 +44,8 @@ SPAWN_BACKOFF, SPAWN_BACKOFF_MAX = 0.1, 30.0
 DUMP_GAP = 0.2
 #: An idle worker that has not ticked for this long is stuck and is killed (seconds).
 SILENT_LIMIT = 60.0
+#: Seconds between two attempts to start an embedded Redis that died and would not start.
+EMBEDDED_RETRY = 5.0
 
 RUNNING, QUIET, STOPPING = "running", "quiet", "stopping"
 
@@ -59,8 +61,10 @@ class WorkerRecord:
 
 
 class Master:
-    def __init__(self, config):
+    def __init__(self, config, embedded=None):
         self.config = config
+        self.embedded = embedded  # the EmbeddedRedis the master runs (embedded_redis:), if any
+        self.embedded_retry_at = 0.0
         self.keys = Keys(config.namespace)
         self.identity = new_identity()
         self.started_at = time.time()
@@ -98,6 +102,7 @@ class Master:
                 self._wait()
                 self._handle_signals()
                 self._reap()
+                self._mind_embedded()
                 self._recover_pending()
                 self._murder()
                 self._timers()
@@ -298,9 +303,37 @@ class Master:
                 return
             rec = self.workers.pop(pid, None)
             if rec is None:
-                continue  # a child the job code started and orphaned to us
+                self._other_exited(pid, status)
+                continue
             self.free.add(rec.slot)
             self._exited(rec, status)
+
+    def _other_exited(self, pid: int, status: int) -> None:
+        """A child that is not a worker: one the job code started and orphaned to us, or the
+        embedded redis-server (our child too). That one used to be reaped here without a
+        word, and the master then retried a Redis that nobody would ever start again."""
+        if self.embedded is None or pid != self.embedded.pid:
+            return
+        code = os.waitstatus_to_exitcode(status)
+        self.embedded.forget(code)
+        log.error("embedded Redis (pid %d) exited (%s); starting it again", pid,
+                  recovery.describe_status(code))
+
+    def _mind_embedded(self) -> None:
+        """Start the embedded Redis again if it died (its data is in its directory: AOF), as
+        a supervisor would; the workers and the master reconnect by themselves."""
+        if self.embedded is None or self.embedded.pid is not None:
+            return
+        if time.monotonic() < self.embedded_retry_at:
+            return
+        try:
+            self.embedded.start()
+        except QueuedError as e:
+            self.embedded_retry_at = time.monotonic() + EMBEDDED_RETRY
+            log.error("embedded Redis could not be started again (%s); retrying in %gs", e,
+                      EMBEDDED_RETRY)
+            return
+        log.info("embedded Redis started again: pid=%d", self.embedded.pid)
 
     def _exited(self, rec: WorkerRecord, status: int) -> None:
         code = os.waitstatus_to_exitcode(status)
