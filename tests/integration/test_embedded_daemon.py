@@ -94,9 +94,9 @@ def test_an_embedded_redis_that_dies_is_started_again_by_the_master(make):
     assert d.stop() == 0
     assert not pid_alive(second)
     report("the embedded_redis redis-server SIGKILLed under a running daemon (2 workers)",
-           2, 2, 0, 0, f"the master logged it and started it again within {restarted * 1000:.0f} ms "
-           f"(on the same directory); the next job ran {served * 1000:.0f} ms after the kill; no "
-           "worker replaced")
+           2, 2, 0, 0, f"the master logged it and started it again within "
+           f"{restarted * 1000:.0f} ms (on the same directory); the next job ran "
+           f"{served * 1000:.0f} ms after the kill; no worker replaced")
 
 
 def test_ctrl_c_in_the_terminal_puts_jobs_back_before_the_master_stops_its_redis(make):
