@@ -107,7 +107,7 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
         # Producers inside jobs (and the job code's own get_redis()) use the daemon's Redis.
         client.configure(url=cfg.redis_url, namespace=cfg.namespace)
         load_app(cfg.require, base_dir)
-        return _run(cfg, early)
+        return _run(cfg, early, embedded)
     except AppLoadError as e:
         return _fail(str(e), APP_LOAD_ERROR)
     except (ConfigError, QueuedError) as e:
@@ -117,7 +117,7 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
             embedded.stop()
 
 
-def _run(cfg, early_signals: list[int]) -> int:
+def _run(cfg, early_signals: list[int], embedded=None) -> int:
     from .job import registry
     from .master import Master
     if not registry.names():
@@ -128,7 +128,7 @@ def _run(cfg, early_signals: list[int]) -> int:
         with open(cfg.pidfile, "w") as f:
             f.write(f"{os.getpid()}\n")
     try:
-        return Master(cfg, early_signals).run()
+        return Master(cfg, early_signals, embedded).run()
     finally:
         if cfg.pidfile:
             try:

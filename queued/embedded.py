@@ -172,6 +172,14 @@ class EmbeddedRedis:
             time.sleep(0.01)
         return self.url
 
+    def forget(self, code: int) -> None:
+        """Its process exited and was reaped elsewhere (the master reaps every child with
+        ``waitpid(-1)``, this one too): drop it, so ``stop()`` never signals a pid that may
+        belong to another process by now, and ``start()`` starts a new one."""
+        if self._proc is not None:
+            self._proc.returncode = code  # so Popen does not wait for it (or warn) later
+            self._proc = None
+
     def stop(self, timeout: float = 5.0) -> None:
         proc = self._proc
         if proc is None or os.getpid() != self._owner:

@@ -100,6 +100,7 @@ class Fetcher:
                  weighted: Sequence[str], strict: bool, block_seconds: float,
                  dead_timeout: int, dead_max_jobs: int):
         self.keys = keys
+        self.identity = identity
         self.slot = slot
         self.queues = tuple(queues)
         self.weighted = tuple(weighted)
@@ -131,6 +132,9 @@ class Fetcher:
         self.bad_queues: list[str] = []
         #: Whether the last reserve tried every queue (it found no job: the check is complete).
         self.checked_all = False
+        #: False when the last reserve found the master's registration gone (reserve.lua):
+        #: it took nothing, and the worker must not block either until it is back.
+        self.registered = True
         self._sent: _Sent | None = None  # a reserve call sent whose reply is still unread
         self._taken: list[Reservation] = []  # read from that reply, not claimed yet
         self._finished: list[bytes] = []  # payloads run whose reservation reply was lost
@@ -294,13 +298,15 @@ class Fetcher:
 
     def _send_reserve(self, n: int, landing_queue: str | None) -> "_Sent":
         landing_queue = landing_queue or self._landing_queue
-        keys = [self.reserved_key, self.landings[landing_queue], *self.queue_keys]
+        keys = [self.reserved_key, self.landings[landing_queue], self.keys.masters,
+                *self.queue_keys]
         if self._unread:
             # First, so an ack sent ahead that Redis refused rides in this call: the script
             # would otherwise take its job for a lost one and hand it over again.
             self._read_acks()
         acks, self._acks = self._acks, []
-        args = [n, len(self.queues), landing_queue, len(acks), *acks, *self.queues,
+        args = [n, len(self.queues), landing_queue, self.identity, len(acks), *acks,
+                *self.queues,
                 *fetch_orders(self.queues, self.weighted, self.strict, n, self.rng)]
         sent = _Sent(n, keys, args, acks)
         try:
@@ -325,8 +331,9 @@ class Fetcher:
             raise
         self._acked(len(sent.acks), reply[0])
         self.bad_queues = [q.decode("utf-8", "replace") for q in reply[1]]
-        members = reply[4:]
-        self.checked_all = len(members) < sent.n
+        self.registered = bool(reply[4])
+        members = reply[5:]
+        self.checked_all = self.registered and len(members) < sent.n
         if reply[2]:
             log.warning("%d job(s) reserved by a call whose reply was lost (the connection "
                         "broke) are run now", reply[2])

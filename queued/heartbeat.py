@@ -61,6 +61,10 @@ class Heartbeat:
         }, separators=(",", ":"))
         self.registration = recovery.registration(config.concurrency, config.queue_names)
         self.sent = (0, 0)  # processed, failed already flushed to stat:*
+        self.renewed_at: float | None = None  # monotonic time of the last beat that went out
+        #: What the last beat found about this master's own lease, for the master to log:
+        #: None while the lease was live, else a sentence (see _lapse).
+        self.lapse: str | None = None
 
     def _counts(self, views: Sequence[SlotView]) -> tuple[int, int]:
         return sum(v.processed for v in views), sum(v.failed for v in views)
@@ -128,12 +132,32 @@ class Heartbeat:
         # persistence, a failover) lost it too, and an unregistered master is never reaped
         # if it dies, so its reserved jobs would be stranded.
         pipe.hset(k.masters, ident, self.registration)
-        pipe.set(k.lease(ident), "1", px=lease_ms)
+        pipe.set(k.lease(ident), "1", px=lease_ms, get=True)
         pipe.rpop(k.signals(ident))
         result = pipe.execute()
         self.sent = total
+        self.lapse = self._lapse(result[-3] == 1, result[-2] is None, lease_ms)
+        self.renewed_at = time.monotonic()
         signal_name = result[-1]
         return signal_name.decode() if signal_name else None
+
+    def _lapse(self, registered_anew: bool, lease_gone: bool, lease_ms: int) -> str | None:
+        """A master frozen (SIGSTOP, a VM paused) or cut off from Redis for longer than its
+        lease finds its lease gone when it beats again, and maybe its registration too: then
+        another master has put the jobs its workers held back in their queues (they may run
+        twice). The beat has just registered it again, so what its workers reserve from now
+        on is recoverable; say so, once, instead of carrying on as if nothing happened."""
+        if not lease_gone and not registered_anew:
+            return None
+        silent = ("" if self.renewed_at is None else
+                  f" (no heartbeat for {time.monotonic() - self.renewed_at:.1f}s)")
+        what = (f"this master's lease had expired{silent}, past lease_timeout "
+                f"{lease_ms / 1000:g}s")
+        if registered_anew:
+            return (f"{what}, and its registration was gone: another master has put the jobs "
+                    "its workers held back in their queues (they may run twice), or Redis "
+                    "lost its data; registered again and renewing")
+        return f"{what}; no other master had recovered its jobs; renewed"
 
     def clear(self, views: Sequence[SlotView]) -> None:
         """At exit: flush the last counts and leave ``processes`` (the hash expires by itself,

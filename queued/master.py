@@ -23,7 +23,7 @@ import redis
 
 from . import events, recovery, titles
 from .connection import make_redis
-from .errors import EXIT_REDIS_ERROR, WORKER_BOOT_ERROR
+from .errors import EXIT_REDIS_ERROR, WORKER_BOOT_ERROR, QueuedError
 from .heartbeat import Heartbeat, new_identity
 from .keys import Keys
 from .scheduler import Scheduler
@@ -49,6 +49,8 @@ SILENT_LIMIT = 60.0
 #: A condition that persists (jobs that cannot be put back, failures that cannot be written)
 #: is logged at most this often (seconds).
 KEY_LOG_INTERVAL = 60.0
+#: Seconds between two attempts to start an embedded Redis that died and would not start.
+EMBEDDED_RETRY = 5.0
 
 RUNNING, QUIET, STOPPING = "running", "quiet", "stopping"
 
@@ -64,10 +66,12 @@ class WorkerRecord:
 
 
 class Master:
-    def __init__(self, config, early_signals: list[int] | None = None):
+    def __init__(self, config, early_signals: list[int] | None = None, embedded=None):
         self.config = config
         #: Signals that arrived before run() installed the handlers (cli.main records them).
         self.early_signals = early_signals if early_signals is not None else []
+        self.embedded = embedded  # the EmbeddedRedis the master runs (embedded_redis:), if any
+        self.embedded_retry_at = 0.0
         self.keys = Keys(config.namespace)
         self.identity = new_identity()
         self.started_at = time.time()
@@ -117,6 +121,7 @@ class Master:
                 self._handle_signals()
                 self.waker.step(wake=self.state == RUNNING)
                 self._reap()
+                self._mind_embedded()
                 self._recover_pending()
                 self._murder()
                 self._timers()
@@ -332,9 +337,37 @@ class Master:
                 return
             rec = self.workers.pop(pid, None)
             if rec is None:
-                continue  # a child the job code started and orphaned to us
+                self._other_exited(pid, status)
+                continue
             self.free.add(rec.slot)
             self._exited(rec, status)
+
+    def _other_exited(self, pid: int, status: int) -> None:
+        """A child that is not a worker: one the job code started and orphaned to us, or the
+        embedded redis-server (our child too). That one used to be reaped here without a
+        word, and the master then retried a Redis that nobody would ever start again."""
+        if self.embedded is None or pid != self.embedded.pid:
+            return
+        code = os.waitstatus_to_exitcode(status)
+        self.embedded.forget(code)
+        log.error("embedded Redis (pid %d) exited (%s); starting it again", pid,
+                  recovery.describe_status(code))
+
+    def _mind_embedded(self) -> None:
+        """Start the embedded Redis again if it died (its data is in its directory: AOF), as
+        a supervisor would; the workers and the master reconnect by themselves."""
+        if self.embedded is None or self.embedded.pid is not None:
+            return
+        if time.monotonic() < self.embedded_retry_at:
+            return
+        try:
+            self.embedded.start()
+        except QueuedError as e:
+            self.embedded_retry_at = time.monotonic() + EMBEDDED_RETRY
+            log.error("embedded Redis could not be started again (%s); retrying in %gs", e,
+                      EMBEDDED_RETRY)
+            return
+        log.info("embedded Redis started again: pid=%d", self.embedded.pid)
 
     def _exited(self, rec: WorkerRecord, status: int) -> None:
         code = os.waitstatus_to_exitcode(status)
@@ -449,6 +482,8 @@ class Master:
         titles.set_title(titles.master_title(self.config.tag, busy, self.config.concurrency, state))
         try:
             remote = self.heartbeat.beat(views, self.state != RUNNING, self.lease_ms)
+            if self.heartbeat.lapse:  # frozen or cut off past the lease (heartbeat._lapse)
+                log.warning("%s", self.heartbeat.lapse)
             if self.state == RUNNING:
                 self.scheduler.elect()
             self._reap_expired()

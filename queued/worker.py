@@ -25,7 +25,7 @@ from . import log as logsetup
 from . import payload as codec
 from . import activejob, client, events, retry, titles
 from .errors import JobTimeout, PayloadError, UnknownJobClass
-from .fetch import REFUSED, Fetcher, Reservation
+from .fetch import GONE, REFUSED, Fetcher, Reservation
 from .job import registry
 from .middleware import server_middleware
 from .slots import Notes, SlotWriter, Watch
@@ -46,13 +46,16 @@ BAD_QUEUE_LOG_INTERVAL = 60.0
 #: Seconds between attempts to write a failure Redis refused (its target key holds another
 #: type): the job stays reserved meanwhile (fail.lua).
 HELD_RETRY = 5.0
+#: Seconds a worker waits before asking again while its master is not registered.
+UNREGISTERED_NAP = 0.25
 
 _PR_SET_PDEATHSIG = 1
 
 
 def note_labels(config) -> list:
     """The conditions the workers of one master log once per interval between them."""
-    return [*(("queue", q) for q in config.queue_names), ("key", "retry"), ("key", "dead")]
+    return [*(("queue", q) for q in config.queue_names), ("key", "retry"), ("key", "dead"),
+            "unregistered"]
 
 
 class _Wake(BaseException):
@@ -177,6 +180,9 @@ class Worker:
         jobs = self.fetcher.reserve(self.batch)
         if self.fetcher.bad_queues or self.fetcher.checked_all:
             self._check_queues()
+        if not self.fetcher.registered:
+            self._wait_for_registration()
+            return
         if not jobs:
             self.batch = 1
             self.writer.tick()
@@ -238,6 +244,19 @@ class Worker:
         finally:
             self.blocking = False
             self.watch.set(self.slot, None)
+
+    def _wait_for_registration(self) -> None:
+        """The master's registration is gone (reserve.lua took nothing): its lease expired
+        and another master put back what it held. Reserving or blocking now would leave jobs
+        where no master can recover them, so wait for the master to register again (its next
+        heartbeat does), and say so once for the whole daemon."""
+        if self.notes.due("unregistered", BAD_QUEUE_LOG_INTERVAL):
+            log.warning("this master is not registered (its lease expired: frozen, or cut off "
+                        "from Redis?); workers take no job until its next heartbeat "
+                        "registers it again")
+        self.batch = 1
+        self.writer.tick()
+        time.sleep(UNREGISTERED_NAP)
 
     def _announce_idle(self) -> None:
         """Tell the master this worker now blocks (one byte; a full pipe means the master has
@@ -395,6 +414,12 @@ class Worker:
                 backoff = min(backoff * 2, BACKOFF_MAX)
         if written == REFUSED:
             self._hold(res, kind, score, data)
+        elif written == GONE:
+            # Its reservation was gone: another master put the job back after this master's
+            # lease expired (frozen, or cut off from Redis). Writing the failure too would keep
+            # it in two places; it runs again from its queue.
+            log.warning("a failed job's reservation was gone (recovered after a lease expiry); "
+                        "its failure is not recorded, it runs again")
 
     def _hold(self, res: Reservation, kind: str, score: float, data) -> None:
         """The failure's target key holds another Redis type: the job stays reserved (marked,

@@ -154,7 +154,12 @@ def make_fetcher(redis_url):
     made = []
 
     def make(queues=("default",), weighted=None, strict=True, block=0.2, dead_timeout=15552000,
-             dead_max=10000, slot=0, identity=FETCH_IDENTITY):
+             dead_max=10000, slot=0, identity=FETCH_IDENTITY, register=True):
+        if register:  # as its master did before forking it (reserve.lua checks)
+            client = redis_lib.Redis.from_url(redis_url)
+            client.hsetnx(Keys().masters, identity,
+                          json.dumps({"slots": slot + 1, "queues": list(queues)}))
+            client.close()
         f = Fetcher(redis_url, Keys(), identity, slot, list(queues),
                     list(weighted if weighted is not None else queues), strict, block,
                     dead_timeout, dead_max)

@@ -790,6 +790,7 @@ def test_a_reserve_that_timed_out_on_a_frozen_redis_is_handed_over_once_it_runs(
     f = Fetcher(server.url, Keys(), IDENTITY, 0, ["default"], ["default"], True, 0.2,
                 15552000, 10000)
     r = redis_lib.Redis.from_url(server.url)
+    r.hset(Keys().masters, IDENTITY, "{}")  # its master's registration (reserve.lua checks)
     try:
         assert f.reserve(0) == []  # connected, script loaded
         r.lpush("queue:default", job(1), job(2))

@@ -150,6 +150,7 @@ def test_a_busy_slot_appears_in_workers(r, redis_url, hb, table):
     raw = (b'{"retry":true,"queue":"default","args":[20,"sleepy \xc3\xa9"],"class":"SleepWorker",'
            b'"jid":"15acda24f01de58f49b27035","created_at":1795236014.9427643}')
     r.lpush("queue:default", raw)
+    r.hset(K.masters, IDENT, "{}")  # its master's registration (reserve.lua checks)
     f = Fetcher(redis_url, K, IDENT, 1, ["default"], ["default"], True, 0.2, 15552000, 10000)
     try:
         (res,) = f.reserve(1)
@@ -224,6 +225,7 @@ def test_a_namespace_prefixes_every_key(r, table):
 
 def _reserve_all(redis_url, slot, payloads, r):
     r.lpush("queue:default", *payloads)
+    r.hsetnx(K.masters, IDENT, "{}")  # its master's registration (reserve.lua checks)
     f = Fetcher(redis_url, K, IDENT, slot, ["default"], ["default"], True, 0.2, 15552000, 10000)
     try:
         return f.reserve(len(payloads))

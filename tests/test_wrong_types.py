@@ -171,3 +171,28 @@ def test_a_timeout_kill_whose_retry_key_is_broken_is_held_not_requeued(r, make_f
     assert recovery.write_held(r, K, ME, cfg, held) is True
     assert [json.loads(m)["jid"] for m in r.zrange("retry", 0, -1)] == [jid]
     assert r.zcard(RESERVED) == 0
+
+
+# --- a master whose registration is gone -------------------------------------------------------
+
+def test_a_worker_of_an_unregistered_master_takes_nothing_and_puts_back_what_it_holds(
+        r, make_fetcher):
+    # Given a slot holding a landed job and a reservation whose reply was lost, and then its
+    # master reaped (lease expired while frozen: registration gone)
+    f = make_fetcher()
+    r.lpush("queue:default", job(1))
+    assert f.block() == job(1)
+    r.zadd(RESERVED, {b"default\0lost\0" + job(2): 1})
+    r.lpush("queue:default", job(3))
+    r.hdel(K.masters, ME)
+    # When the worker reserves
+    got = f.reserve(5)
+    # Then it takes nothing and says it is unregistered; the landed and the lost jobs are
+    # back at the head of their queue, so no job sits in a slot no master would recover
+    assert got == [] and f.registered is False and f.checked_all is False
+    assert r.zcard(RESERVED) == 0 and r.llen(K.landing(ME, 0, "default")) == 0
+    assert [r.rpop("queue:default") for _ in range(3)] == [job(1), job(2), job(3)]
+    # And once the master registers again, it takes jobs as before
+    r.hset(K.masters, ME, "{}")
+    r.lpush("queue:default", job(4))
+    assert [g.payload for g in f.reserve(5)] == [job(4)] and f.registered is True

@@ -5,17 +5,20 @@
 --
 -- KEYS[1]          reserved zset of the slot (member: queue NUL token NUL payload)
 -- KEYS[2]          landing list of the slot for the queue named in ARGV[3] (may be empty)
--- KEYS[3..2+Q]     queue lists, in the same order as the names in ARGV
+-- KEYS[3]          queued:masters hash (the registrations)
+-- KEYS[4..3+Q]     queue lists, in the same order as the names in ARGV
 -- ARGV[1]          N, the most jobs to reserve
 -- ARGV[2]          Q, the number of queues
 -- ARGV[3]          name of the queue KEYS[2] belongs to
--- ARGV[4]          A, the number of acks that follow
--- ARGV[5..4+A]     reserved members the worker finished (ZREM)
--- ARGV[5+A..4+A+Q] queue names for KEYS[3..]
+-- ARGV[4]          the identity of the worker's master
+-- ARGV[5]          A, the number of acks that follow
+-- ARGV[6..5+A]     reserved members the worker finished (ZREM)
+-- ARGV[6+A..5+A+Q] queue names for KEYS[4..]
 -- then             N fetch orders of Q 1-based queue indexes each: job i tries its own order,
 --                  so weighted random order is drawn per job exactly as Sidekiq draws per fetch
 -- Returns {acks that found their reservation, {names of queues whose key is not a list},
--- number of adopted members, number taken from the landing list, member...}, members earliest
+-- number of adopted members, number taken from the landing list, 1 if the master is
+-- registered (else 0, and nothing taken), member...}, members earliest
 -- first (adopted ones first, then the landed ones, then the queues'). Scores
 -- grow by 1 us per job so ZRANGE 0 0 is the job the worker runs first.
 --
@@ -44,8 +47,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local n = tonumber(ARGV[1])
 local q = tonumber(ARGV[2])
-local a = tonumber(ARGV[4])
-local names = 4 + a
+local a = tonumber(ARGV[5])
+local names = 5 + a
 -- Commands take many arguments at once (one ZREM for the acks, one RPOP with a count per
 -- queue where the order is fixed, one ZADD for the batch): each redis.call costs about as
 -- much as the command itself, so a batch of 8 cost ~14 us of Redis time per job one by one.
@@ -57,10 +60,45 @@ local function variadic(cmd, key, list, first, last)
   end
   return total
 end
-local acked = variadic('ZREM', KEYS[1], ARGV, 5, names)
+local registered = redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1  -- (read before any write)
+local acked = variadic('ZREM', KEYS[1], ARGV, 6, names)
 local bad = {}
-local out = {acked, bad, 0, 0}
+local out = {acked, bad, 0, 0, 1}
 local head = #out
+
+-- A master whose registration is gone was reaped: its lease expired (it was frozen, or cut
+-- off from Redis) and another master put back what its slots held. Its workers went on
+-- reserving meanwhile, into slots nobody would ever recover if the host died before the master
+-- woke and registered again. So: take nothing while unregistered, and put back what the slot
+-- holds beyond the acks (a lost reply's jobs, a landed job) at the head of its queue.
+if not registered then
+  local qkey = {}
+  for j = 1, q do qkey[ARGV[names + j]] = KEYS[3 + j] end
+  local function back(queue, payload)
+    local key = qkey[queue]
+    local kind = key and redis.call('TYPE', key)['ok']
+    if kind == 'list' or kind == 'none' then
+      redis.call('RPUSH', key, payload)
+      return true
+    end
+    return false
+  end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf')) do
+    local s = string.find(m, '\0', 1, true)
+    local e = string.find(m, '\0', s + 1, true)
+    if back(string.sub(m, 1, s - 1), string.sub(m, e + 1)) then
+      redis.call('ZREM', KEYS[1], m)
+    end
+  end
+  local landed = redis.call('LINDEX', KEYS[2], -1)
+  while landed and back(ARGV[3], landed) do
+    redis.call('RPOP', KEYS[2])
+    landed = redis.call('LINDEX', KEYS[2], -1)
+  end
+  out[5] = 0
+  return out
+end
+
 -- (from score 0: a job whose failure could not be written yet is marked -1 by fail.lua and
 -- stays with the worker that keeps retrying the write)
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf')) do
@@ -83,7 +121,7 @@ out[4] = #out - head - out[3]
 local broken = {}
 local function pop(idx, count)
   if broken[idx] then return nil end
-  local got = redis.pcall('RPOP', KEYS[2 + idx], count)
+  local got = redis.pcall('RPOP', KEYS[3 + idx], count)
   if type(got) == 'table' and got.err then
     broken[idx] = true
     bad[#bad + 1] = ARGV[names + idx]

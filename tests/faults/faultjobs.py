@@ -18,6 +18,7 @@ STARTS = "f:starts"    # set of "jid:token", one per run that started
 ENDS = "f:ends"        # set of "jid:token", one per run that finished
 DONE = "f:done"        # set of jids that finished at least once (cheap to poll: SCARD)
 SIZES = "f:sizes"      # hash jid -> len of Blob's data
+HELD = "f:held"        # set of HoldOnce jids whose first run has started
 #: Redis refusing writes for a while (no replica to write to; MISCONF: it cannot persist).
 REFUSED = ("NOREPLICAS", "MISCONF")
 
@@ -132,3 +133,32 @@ class OomKilled(queued.Job):
                 rss = int(f.read().split()[1]) * page
             if rss > limit_mb << 20:
                 os.kill(os.getpid(), signal.SIGKILL)
+
+
+class HoldOnce(queued.Job):
+    """Sleeps ``seconds`` on the first run of its jid only, so a job that a fault makes run
+    again finishes at once the second time."""
+
+    def perform(self, seconds, tag=None):
+        token = _start(self)
+        if _write(lambda r: r.sadd(HELD, self.jid)) == 1:  # the first run of this jid
+            time.sleep(seconds)
+        _end(self, token)
+
+
+FAILS_LATER = 3600  # seconds: a SlowFail's retry stays in ``retry`` for the whole test
+
+
+class SlowFail(queued.Job):
+    """Runs ``seconds``, then raises; its retry is an hour away, so one failure is one entry
+    in ``retry`` (or ``dead`` with retry: 0) that a test can count."""
+    queued_options = {"retry": 3}
+
+    @classmethod
+    def retry_in(cls, count, exc):
+        return FAILS_LATER
+
+    def perform(self, seconds, tag=None):
+        _start(self)
+        time.sleep(seconds)
+        raise RuntimeError(f"slow failure {tag}")
