@@ -265,9 +265,7 @@ def test_the_table_is_shared_with_a_forked_child():
         finally:
             os._exit(0)
     try:
-        deadline = time.monotonic() + 5
-        while t.read(0).pid != pid and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_for(lambda: t.read(0).pid == pid, what="the child's write")
         v = t.read(0)
         assert (v.pid, v.jid, v.job_class, v.busy) == (pid, "c" * 24, "Child", True)
     finally:
