@@ -174,8 +174,10 @@ def test_ttin_logs_each_worker_and_its_python_stack(daemon, producer, r):
     # When the master gets TTIN
     d.signal(signal.SIGTTIN)
     # Then the log names each worker, what the busy one runs, and shows the job's stack
-    out = wait_for(lambda: d.output().count("most recent call first") >= 3 and d.output(),
-                   what="three stacks")
+    # (a stack is whole once its outermost frame, runpy's, is written: the third "most recent
+    # call first" only says the third stack has begun, and reading then found a torn line)
+    out = wait_for(lambda: d.output().count(" in _run_module_as_main\n") >= 3 and d.output(),
+                   what="three whole stacks")
     assert "TTIN worker 0" in out and "TTIN worker 1" in out
     busy = [line for line in out.splitlines() if "TTIN worker" in line and "running" in line]
     assert len(busy) == 1 and "Gate" in busy[0] and jid in busy[0]
