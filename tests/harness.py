@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -39,6 +40,69 @@ def zmembers(r, key) -> list[tuple[bytes, float]]:
 def zjobs(r, key) -> list[dict]:
     """The JSON members of a zset, decoded (key order kept)."""
     return [json.loads(m) for m, _ in zmembers(r, key)]
+
+
+def worker_connections(r, blocked: bool = False) -> list[dict]:
+    """The workers' own Redis connections (CLIENT LIST, named ``queued-worker-<slot>``);
+    with ``blocked``, only those waiting in a blocking command (flag ``b``)."""
+    return [c for c in r.client_list() if c.get("name", "").startswith("queued-worker-")
+            and (not blocked or "b" in c["flags"])]
+
+
+class Monitor:
+    """Redis MONITOR in a thread: the commands Redis ran, in order, as (client "ip:port",
+    command). Used to see which queue an idle worker's BLMOVE waits on, which CLIENT LIST
+    does not say. Close it when done."""
+
+    def __init__(self, url: str):
+        self.r = redis.Redis.from_url(url)
+        self._seen: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._stop = f"queued-test-monitor-stop-{os.getpid()}-{time.time_ns()}"
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(started,), daemon=True)
+        self._thread.start()
+        if not started.wait(10):
+            raise AssertionError("MONITOR did not start")
+
+    def _run(self, started: threading.Event) -> None:
+        with self.r.monitor() as m:
+            started.set()
+            for c in m.listen():
+                with self._lock:
+                    self._seen.append((f"{c['client_address']}:{c['client_port']}",
+                                       c["command"]))
+                if c["command"] == f"ECHO {self._stop}":
+                    return
+
+    def commands(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._seen)
+
+    def sync(self) -> list[tuple[str, str]]:
+        """Every command Redis ran before this call, once the thread has read them all."""
+        token = f"ECHO queued-test-monitor-sync-{time.time_ns()}"
+        start = len(self.commands())
+        self.r.echo(token.split()[1])
+        return wait_for(lambda: any(cmd == token for _, cmd in self.commands()[start:])
+                        and self.commands(), 10, what="MONITOR to catch up")
+
+    def blocked_on(self) -> dict[str, str]:
+        """The queue each blocked worker connection waits on: {connection name: queue}."""
+        blocked = worker_connections(self.r, blocked=True)
+        seen = self.sync()  # after CLIENT LIST: the BLMOVEs it saw blocked are all in here
+        out = {}
+        for c in blocked:
+            waits = [cmd.split()[1] for addr, cmd in seen
+                     if addr == c["addr"] and cmd.startswith("BLMOVE ")]
+            if waits:
+                out[c["name"]] = waits[-1].split(":", 1)[1]
+        return out
+
+    def close(self) -> None:
+        self.r.echo(self._stop)
+        self._thread.join(10)
+        self.r.close()
 
 
 def title(pid: int) -> str:

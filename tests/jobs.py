@@ -44,6 +44,29 @@ class Sleep(queued.Job):
         _finish(self)
 
 
+GATE = "t:gate:"       # key prefix: a Gate job runs until t:gate:<tag> exists
+
+
+def open_gate(r, tag) -> None:
+    """Let every Gate job waiting on ``tag`` (and every later one) finish."""
+    r.set(GATE + tag, 1)
+
+
+class Gate(queued.Job):
+    """Runs until the test opens its gate (``open_gate(r, tag)``): a job that is still
+    running for exactly as long as a test needs it to be, however slow the machine is, and no
+    longer. Gives up (fails) after ``seconds`` so a forgotten gate cannot wedge a worker."""
+
+    def perform(self, tag, seconds=60):
+        _start(self, tag)
+        end = time.monotonic() + seconds
+        while not _r().exists(GATE + tag):
+            if time.monotonic() > end:
+                raise RuntimeError(f"gate {tag!r} was never opened")
+            time.sleep(0.01)
+        _finish(self)
+
+
 class Fail(queued.Job):
     queued_options = {"retry": 2}
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import socket
 import time
 
 import fakeredis
@@ -16,6 +18,8 @@ import queued.client as client_mod
 from queued.client import Client
 from queued.job import Job, registry
 from queued.middleware import client_middleware
+
+from harness import wait_for
 
 NOW = 1795235935.0895905
 JID = "aa4be698162a253757f09c1b"
@@ -499,6 +503,15 @@ def test_default_client_survives_fork(default_client, r):
     assert r.llen("queue:forked") == 1 and r.llen("queue:default") == 2
 
 
+def wait_closed_by_server(sock) -> None:
+    """Until the server's close of ``sock`` has reached it (the socket reads as end of file)."""
+    def closed():
+        readable, _, _ = select.select([sock], [], [], 0.05)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+
+    wait_for(closed, what="the server's close to reach our socket")
+
+
 def test_push_after_the_server_closed_the_idle_connection(default_client, r):
     """The Client's own connection was closed by the server while idle (Redis restarted,
     CLIENT KILL, Redis's idle timeout): the next push connects afresh instead of failing, as a
@@ -506,7 +519,7 @@ def test_push_after_the_server_closed_the_idle_connection(default_client, r):
     CliPlainWorker.perform_async("before")
     (conn,) = default_client._idle
     r.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-    time.sleep(0.05)  # let the close reach our socket
+    wait_closed_by_server(conn._sock)
     CliPlainWorker.perform_async("after")
     assert default_client._idle == [conn]  # same connection object, reconnected
     assert [json.loads(m)["args"] for m in r.lrange("queue:default", 0, -1)] \
@@ -568,7 +581,7 @@ def test_dedicated_job_connection_is_one_connection_that_survives_a_server_close
     assert jr.incr("dedicated") == 1
     first = jr.connection
     r.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-    time.sleep(0.05)  # let the close reach our socket
+    wait_closed_by_server(first._sock)
     assert jr.incr("dedicated") == 2  # no ConnectionError
     assert jr.connection is first
     with jr.pipeline() as pipe:  # pipelines use the same connection

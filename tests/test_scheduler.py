@@ -18,6 +18,8 @@ from queued import config
 from queued.keys import Keys
 from queued.scheduler import BATCH, Scheduler
 
+from harness import wait_for
+
 K = Keys()
 
 
@@ -233,7 +235,8 @@ def test_only_one_of_two_is_leader_and_resign_hands_over(r):
     assert 0 < ttl <= 15_000  # 3 heartbeats
     a.resign()
     assert a.leader is False
-    time.sleep(0.01)
+    assert r.pttl(K.scheduler_leader) <= 1  # resigning leaves the key 1 ms to live
+    wait_for(lambda: not r.exists(K.scheduler_leader), what="the resigned key to expire")
     b.elect()
     assert b.leader is True
     a.elect()
@@ -258,8 +261,9 @@ def test_resign_by_a_former_leader_does_not_touch_the_new_one(r):
     r.delete(K.scheduler_leader)
     b.elect()
     a.resign()  # a still believes it leads
-    time.sleep(0.01)
+    # b's key is untouched: its holder and its whole TTL (a resign would leave it 1 ms)
     assert r.get(K.scheduler_leader) == b"b:1:x"
+    assert r.pttl(K.scheduler_leader) > 1000
 
 
 # --- tick -------------------------------------------------------------------------------------

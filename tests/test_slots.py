@@ -10,8 +10,12 @@ import signal
 import struct
 import time
 
+import pytest
+
 from queued import slots
 from queued.slots import BUSY, IDLE, SlotTable, SlotWriter
+
+from harness import wait_for
 
 
 def test_a_fresh_table_is_idle_and_empty():
@@ -62,7 +66,7 @@ def test_tick_proves_liveness_without_touching_counts():
     w.begin("a" * 24, "q", "X", None)
     w.end(False)
     first = t.read(0).tick
-    time.sleep(0.01)
+    time.sleep(0.01)  # the tick is a monotonic timestamp: let the clock move
     w.tick()
     v = t.read(0)
     assert v.tick > first and v.processed == 1 and not v.busy
@@ -103,30 +107,34 @@ def _consistent(v, writer_pid: int) -> bool:
 
 
 def test_reader_never_sees_a_torn_record_under_a_concurrent_writer():
-    # Given a forked worker writing its record as fast as it can
+    # Given a forked worker writing its record as fast as it can, until told to stop (a
+    # second shared record is the stop flag, so the writer outlasts every read below)
     t = SlotTable(2)
     t.reset(0, 0)
+    stop = SlotTable(1)
     pid = os.fork()
-    if pid == 0:  # the writer: hammer begin/end for a while, then leave without cleanup
+    if pid == 0:  # the writer: hammer begin/end until the flag is set, then leave
         try:
             w = SlotWriter(t, 0, os.getpid())
-            deadline = time.monotonic() + 1.0
-            while time.monotonic() < deadline:
-                w.begin(*A, 1.0)
-                w.end(False)
-                w.begin(*B, 2.0)
-                w.end(True)
+            deadline = time.monotonic() + 60  # never reached unless the parent is gone
+            while stop.read(0, writer_alive=False).pid == 0 and time.monotonic() < deadline:
+                for _ in range(50):
+                    w.begin(*A, 1.0)
+                    w.end(False)
+                    w.begin(*B, 2.0)
+                    w.end(True)
         finally:
             os._exit(0)
     try:
-        deadline = time.monotonic() + 2
-        while t.read(0).pid != pid and time.monotonic() < deadline:
-            pass
-        # When the master reads the record over and over meanwhile
+        wait_for(lambda: t.read(0).pid == pid, what="the writer's first write")
+        # When the master reads the record over and over meanwhile, for at least 0.7 s and
+        # until it has watched the writer get through many writes
         reads, last_processed, gave_up = 0, 0, 0
-        torn = []
-        deadline = time.monotonic() + 0.7
-        while time.monotonic() < deadline:
+        torn, states, first = [], set(), None
+        window = time.monotonic() + 0.7
+        deadline = time.monotonic() + 30
+        while time.monotonic() < window or (
+                len(states) < 3 or last_processed - first < 1000) and time.monotonic() < deadline:
             t0 = time.monotonic()
             v = t.read(0)
             if time.monotonic() - t0 >= 0.9 * slots.READ_PATIENCE:
@@ -137,14 +145,19 @@ def test_reader_never_sees_a_torn_record_under_a_concurrent_writer():
             # record, and the counters never go back
             if _consistent(v, pid) and v.processed >= last_processed:
                 last_processed = v.processed
+                first = v.processed if first is None else first
+                states.add(v.jid or "idle")
             else:
                 torn.append(v)
         assert torn == [], f"{len(torn)} torn reads of {reads}, e.g. {torn[:3]}"
-        assert reads + gave_up > 0
+        # And the reads really overlapped the writes: the reader saw the writer's three
+        # states (busy with A, busy with B, idle) and a thousand or more jobs go by
+        assert states == {A[0], B[0], "idle"}, states
+        assert last_processed - first >= 1000, (first, last_processed, reads, gave_up)
     finally:
+        SlotWriter(stop, 0, 1).tick()  # the stop flag: pid 1 in the stop record
         _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    assert t.read(0).processed > 100  # the writer really hammered
 
 
 class _SeqSpy:
@@ -190,7 +203,28 @@ def test_the_sequence_word_only_ever_holds_sequence_values():
     assert t.read(1).processed == 1 and not t.read(1).busy
 
 
+class _Clock:
+    """Stands in for the time module inside queued.slots: the monotonic clock moves only when
+    a reader waits (10 ms per wait), so how long a read waited is counted, not timed."""
+
+    def __init__(self):
+        self.now = 1000.0
+        self.waits = 0
+
+    def monotonic(self):
+        return self.now
+
+    def time(self):
+        return time.time()
+
+    def sleep(self, seconds):
+        self.waits += 1
+        self.now += 0.01
+
+
 def test_a_writer_killed_mid_write_does_not_hang_the_master(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(slots, "time", clock)
     # Given a worker SIGKILLed between its two sequence stores: the sequence stays odd
     t = SlotTable(1)
     t.reset(0, 0)
@@ -200,26 +234,24 @@ def test_a_writer_killed_mid_write_does_not_hang_the_master(monkeypatch):
     w.begin("b" * 24, "q", "X", None)
     seq = struct.unpack_from("<Q", t.mem, 0)[0]
     struct.pack_into("<Q", t.mem, 0, seq + 1)
-    # When the master reads it knowing the worker is gone: at once
-    t0 = time.monotonic()
+    # When the master reads it knowing the worker is gone: one read, no wait
     assert t.read(0, writer_alive=False).pid == 1
-    assert time.monotonic() - t0 < 0.1
-    # and a reader that thinks the writer lives gives up after READ_PATIENCE
-    monkeypatch.setattr(slots, "READ_PATIENCE", 0.05)
-    t0 = time.monotonic()
+    assert clock.waits == 0
+    # and a reader that thinks the writer lives waits READ_PATIENCE for it, then gives up
+    started = clock.now
     assert t.read(0).pid == 1
-    assert time.monotonic() - t0 < 1.0
-    # Then the respawn path keeps the counts, and the new worker's writes read cleanly
-    t0 = time.monotonic()
+    assert clock.waits > 0
+    assert clock.now - started == pytest.approx(slots.READ_PATIENCE, abs=0.015)
+    # Then the respawn path keeps the counts without waiting, and the new worker's writes
+    # read cleanly at once
+    waits = clock.waits
     t.reset(0, 2)
-    assert time.monotonic() - t0 < 0.1
     v = t.read(0)
     assert (v.pid, v.processed, v.failed, v.busy) == (2, 1, 1, False)
     w2 = SlotWriter(t, 0, 2)
     w2.begin("c" * 24, "q", "X", None)
-    t0 = time.monotonic()
     assert t.read(0).jid == "c" * 24
-    assert time.monotonic() - t0 < 0.04
+    assert clock.waits == waits
 
 
 def test_the_table_is_shared_with_a_forked_child():
@@ -233,9 +265,7 @@ def test_the_table_is_shared_with_a_forked_child():
         finally:
             os._exit(0)
     try:
-        deadline = time.monotonic() + 5
-        while t.read(0).pid != pid and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_for(lambda: t.read(0).pid == pid, what="the child's write")
         v = t.read(0)
         assert (v.pid, v.jid, v.job_class, v.busy) == (pid, "c" * 24, "Child", True)
     finally:

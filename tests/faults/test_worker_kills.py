@@ -9,15 +9,15 @@ import time
 from faults import faultjobs
 from faults.common import JOBS, Tally, done_count, held, log_lines, queued_jobs, report
 
-from harness import wait_for
+from harness import title, wait_for
 
 JOBS_IN = 3000
 CONCURRENCY = 3
 
 
 class Killer(threading.Thread):
-    """SIGKILLs a random worker of the daemon every 200-400 ms; notes how long the master
-    took to fork its replacement."""
+    """SIGKILLs a random busy worker of the daemon (its title names the job it runs) every
+    200-400 ms; notes how long the master took to fork its replacement (for the report)."""
 
     def __init__(self, daemon):
         super().__init__(daemon=True)
@@ -30,9 +30,10 @@ class Killer(threading.Thread):
     def run(self):
         while not self.stop.wait(self.rng.uniform(0.2, 0.4)):
             before = set(self.d.worker_pids())
-            if not before:
+            busy = sorted(p for p in before if title(p).endswith(": Tick"))
+            if not busy:
                 continue
-            victim = self.rng.choice(sorted(before))
+            victim = self.rng.choice(busy)
             try:
                 os.kill(victim, signal.SIGKILL)
             except ProcessLookupError:
@@ -68,15 +69,17 @@ def test_thousands_of_jobs_while_workers_are_sigkilled_every_few_hundred_ms(
     assert killer.kills >= 10, killer.kills
     wait_for(lambda: held(r) == 0, 10, what="no job held")
     assert queued_jobs(r) == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
-    # And every kill was seen, its jobs put back, the worker replaced (never backed off for
-    # long: a worker that ran jobs did boot)
-    died = log_lines(d.output(), "died (killed by SIGKILL", "master")
+    # And every kill was seen, its jobs put back, the worker replaced without a boot backoff
+    # (a worker killed in a job did boot: its death is the job's, not a boot failure)
+    out = d.output()
+    died = log_lines(out, "died (killed by SIGKILL", "master")
     assert len(died) == killer.kills, (len(died), killer.kills)
-    assert len(killer.replaced_ms) >= killer.kills * 0.8
+    assert "respawning in" not in out
     wait_for(lambda: len(d.worker_pids()) == CONCURRENCY, 10, what="all workers back")
     assert d.stop() == 0
     report(f"{JOBS_IN} jobs (0-9 ms), {CONCURRENCY} workers, a random worker SIGKILLed every "
            f"200-400 ms ({killer.kills} kills)", JOBS_IN, len(tally.run), len(tally.lost),
            f"{len(tally.twice)} ({len(tally.twice) / JOBS_IN:.1%})",
-           f"new worker forked {statistics.median(killer.replaced_ms):.0f} ms (median), "
-           f"{max(killer.replaced_ms):.0f} ms (max) after each kill; all done in {took:.1f} s")
+           (f"new worker forked {statistics.median(killer.replaced_ms):.0f} ms (median), "
+            f"{max(killer.replaced_ms):.0f} ms (max) after each kill" if killer.replaced_ms
+            else "no new worker seen within 200 ms of a kill") + f"; all done in {took:.1f} s")

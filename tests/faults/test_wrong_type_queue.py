@@ -10,7 +10,7 @@ from faults import faultjobs
 from faults.common import (JOBS, Tally, all_workers, done_count, held, log_lines, per_jid,
                            queued_jobs, report)
 
-from harness import wait_for
+from harness import title, wait_for
 
 BROKEN = "holds another Redis type, not a list (WRONGTYPE)"
 
@@ -33,9 +33,10 @@ def test_a_queue_key_of_the_wrong_type_is_reported_once_and_skipped(daemon, prod
     wait_for(lambda: done_count(r) == len(jids), 30, what="the default jobs")
     took = time.monotonic() - t0
     d.wait_log(BROKEN, 5)
-    time.sleep(2.5)  # idle for a while (the broken queue's worker naps, it does not spin)
+    # When the daemon is idle (both workers say so), count its blocking fetches for 2 s
+    wait_for(lambda: all(title(p).endswith(": idle") for p in workers), what="idle workers")
     r.config_resetstat()
-    time.sleep(2)  # the measuring window: 2 s idle
+    time.sleep(2)  # the measuring window: the broken queue's worker naps, it does not spin
     calls = blocking_fetches(r)
     out = d.output()
     lines = log_lines(out, BROKEN)

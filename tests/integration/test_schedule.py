@@ -18,35 +18,39 @@ def stamps(r):
     return {k.decode(): float(v) for k, v in r.hgetall(jobs.STAMPS).items()}
 
 
-def test_perform_in_runs_on_time(daemon, producer, r):
-    # Given a running daemon (the scheduler leader is elected at boot)
-    d = daemon()
+def test_perform_in_runs_when_due_not_before(daemon, producer, r):
+    # Given a running daemon, the scheduler leader (elected at boot), whose backstop poll as
+    # a follower would be a minute away: only the leader's polling can move the jobs
+    d = daemon(poll_interval_average=60)
+    d.wait_log("now runs the scheduler")
     # When 20 jobs are scheduled 1 s ahead
     due = {}
     for i in range(20):
         at = time.time() + 1.0
         due[jobs.Stamp.perform_in(1.0, i)] = at
     assert r.zcard("schedule") == 20
-    # Then none runs early, and they run within milliseconds of their time (p90 < 300 ms)
-    wait_for(lambda: len(stamps(r)) == 20, 10, what="20 scheduled jobs")
-    late = sorted(stamps(r)[jid] - at for jid, at in due.items())
-    assert late[0] >= -0.01, late
-    assert late[int(len(late) * 0.9) - 1] < 0.3, late
+    # Then none runs before its time, and all run (how late: scripts/bench's schedule
+    # lateness, not asserted here)
+    wait_for(lambda: len(stamps(r)) == 20, what="20 scheduled jobs")
+    assert set(stamps(r)) == set(due)
+    early = [stamps(r)[jid] - at for jid, at in due.items() if stamps(r)[jid] < at - 0.01]
+    assert early == [], early
     assert r.zcard("schedule") == 0
     assert d.stop() == 0
 
 
 def test_perform_at_in_the_past_runs_now(daemon, producer, r):
-    d = daemon()
-    t0 = time.time()
-    # A past time given to the client enqueues at once...
+    d = daemon(poll_interval_average=60)
+    d.wait_log("now runs the scheduler")
+    # A past time given to the client enqueues at once, not into the schedule...
     direct = jobs.Stamp.perform_at(time.time() - 3600, "client")
-    # ...and a past score written to the schedule by another producer is moved at once
+    assert r.zcard("schedule") == 0
+    # ...and a past score written to the schedule by another producer is moved by the
+    # leader's next poll (a follower's backstop poll would be a minute away)
     raw = {"retry": True, "queue": "default", "class": "Stamp", "args": ["zadd"],
            "jid": "0123456789abcdef01234567", "created_at": time.time()}
     r.zadd("schedule", {json.dumps(raw, separators=(",", ":")): time.time() - 60})
-    wait_for(lambda: len(stamps(r)) == 2, 5, what="both jobs")
-    assert max(stamps(r).values()) - t0 < 1.0
+    wait_for(lambda: len(stamps(r)) == 2, what="both jobs")
     assert set(stamps(r)) == {direct, raw["jid"]}
     assert d.stop() == 0
 
@@ -91,20 +95,22 @@ def test_two_schedulers_move_each_job_exactly_once(daemon, producer, r):
     assert d1.stop() == 0 and d2.stop() == 0
 
 
-def test_scheduled_jobs_run_on_time_after_the_scheduler_leader_dies(daemon, producer, r):
-    # Given two daemons, the first one the scheduler leader (it started first)
+def test_scheduled_jobs_run_after_the_scheduler_leader_dies(daemon, producer, r):
+    # Given two daemons, the first one the scheduler leader (it started first), the second
+    # one's backstop poll as a follower a minute away
     d1 = daemon()
     d1.wait_log("now runs the scheduler")
-    d2 = daemon()
+    d2 = daemon(poll_interval_average=60)
     assert r.get("queued:scheduler-leader").decode() == d1.identity()
     # When the leader's host dies with jobs due in 1 s
     due = time.time() + 1.0
     jids = jobs.Stamp.set(wait=1.0).perform_bulk([[i] for i in range(10)])
     d1.kill_all()
     # Then the other daemon takes the lead when the leader key expires (3 beats, 1.5 s) and
-    # runs them within about that, not after its 5 s backstop poll
-    wait_for(lambda: len(stamps(r)) == 10, 10, what="the scheduled jobs")
-    assert set(stamps(r)) == set(jids)
-    assert max(stamps(r).values()) - due < 1.5 + 1.0
+    # runs them as their leader (its backstop poll could not have: it is a minute away)
+    d2.wait_log("now runs the scheduler")
     assert r.get("queued:scheduler-leader").decode() == d2.identity()
+    wait_for(lambda: len(stamps(r)) == 10, what="the scheduled jobs")
+    assert set(stamps(r)) == set(jids)
+    assert min(stamps(r).values()) >= due - 0.01  # not before their time
     assert d2.stop() == 0

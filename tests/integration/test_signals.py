@@ -43,11 +43,10 @@ def test_term_with_jobs_longer_than_the_timeout_requeues_them(daemon, producer, 
     jids = [jobs.SlowFirst.perform_async(30, i) for i in range(2)]
     wait_for(lambda: set(runs(r)) == set(jids), 10, what="both jobs running")
     # When it gets TERM
-    t0 = time.time()
     d.signal(signal.SIGTERM)
-    # Then it exits 0 shortly after the deadline, with both jobs back in their queue
+    # Then it exits 0 at the deadline (not after the jobs' 30 s), with both jobs back in their
+    # queue, unfinished
     assert d.wait(10) == 0
-    assert time.time() - t0 < 1 + 3
     assert r.llen("queue:default") == 2
     assert sorted(json.loads(p)["jid"] for p in r.lrange("queue:default", 0, -1)) == sorted(jids)
     assert done(r) == {}
@@ -62,17 +61,18 @@ def test_term_with_jobs_longer_than_the_timeout_requeues_them(daemon, producer, 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 def test_term_with_short_jobs_lets_them_finish(daemon, producer, r, sig):
-    # Given a daemon running two jobs that end well within the shutdown timeout
-    d = daemon(timeout=10)
+    # Given a daemon with a 60 s shutdown timeout, running two jobs
+    d = daemon(timeout=60)
     identity = d.identity()
-    jids = [jobs.Sleep.perform_async(0.7, i) for i in range(2)]
-    wait_for(lambda: set(runs(r)) == set(jids), 10, what="both jobs running")
-    # When it gets TERM (or INT, a Ctrl-C)
-    t0 = time.time()
+    jids = [jobs.Gate.perform_async("short") for _ in range(2)]
+    wait_for(lambda: set(runs(r)) == set(jids), what="both jobs running")
+    # When it gets TERM (or INT, a Ctrl-C) and the jobs end after it
     d.signal(sig)
+    d.wait_log("shutting down")
+    assert d.proc.poll() is None and done(r) == {}  # waiting for them
+    jobs.open_gate(r, "short")
     # Then the jobs finish, it exits 0 without waiting for the deadline, nothing is requeued
     assert d.wait(10) == 0
-    assert time.time() - t0 < 5
     assert done(r) == {j: 1 for j in jids}
     assert runs(r) == {j: 1 for j in jids}
     assert r.llen("queue:default") == 0
@@ -91,11 +91,9 @@ def test_second_term_hurries_the_stop_and_loses_nothing(daemon, producer, r):
     wait_for(lambda: d.title().endswith("[2 of 2 busy] stopping"), 5, what="stopping title")
     assert r.hget(identity, "quiet") == b"true"  # a stopping process fetches no more
     # When a second TERM arrives during the wait
-    t0 = time.time()
     d.signal(signal.SIGTERM)
     # Then it stops at once (not after 20 s), exit 0, and both jobs are back in the queue
     assert d.wait(10) == 0
-    assert time.time() - t0 < 4
     assert "stopping now" in d.output()
     assert r.llen("queue:default") == 2
     assert_left_cleanly(r, identity)
@@ -114,8 +112,8 @@ def test_quiet_finishes_the_running_job_and_fetches_no_more(daemon, producer, r,
     # Given a daemon running one job
     d = daemon()
     identity = d.identity()
-    running = jobs.Sleep.perform_async(1.0, "running")
-    wait_for(lambda: running in runs(r), 10, what="job start")
+    running = jobs.Gate.perform_async("running")
+    wait_for(lambda: running in runs(r), what="job start")
     # When it is told to be quiet (a signal, or the Web UI's LPUSH <identity>-signals)
     if how == "remote TSTP":
         r.lpush(f"{identity}-signals", "TSTP")
@@ -123,12 +121,16 @@ def test_quiet_finishes_the_running_job_and_fetches_no_more(daemon, producer, r,
     else:
         d.signal(getattr(signal, f"SIG{how}"))
     # Then the heartbeat says quiet and so does the master's process title
-    wait_for(lambda: heartbeat_quiet(r, identity) == b"true", 5, what="quiet heartbeat")
-    wait_for(lambda: "quiet" in d.title(), 5, what="quiet title")
+    wait_for(lambda: heartbeat_quiet(r, identity) == b"true", what="quiet heartbeat")
+    wait_for(lambda: "quiet" in d.title(), what="quiet title")
+    # And the idle worker leaves, the busy one stays for its job
+    wait_for(lambda: len(d.worker_pids()) == 1, what="the idle worker to leave")
     # And a job pushed now is not fetched, while the running one completes
     waiting = jobs.Record.perform_async("waiting")
-    wait_for(lambda: done(r).get(running) == 1, 5, what="running job to finish")
-    wait_for(lambda: d.worker_pids() == [], 5, what="workers to leave")
+    assert done(r) == {}
+    jobs.open_gate(r, "running")
+    wait_for(lambda: done(r).get(running) == 1, what="running job to finish")
+    wait_for(lambda: d.worker_pids() == [], what="workers to leave")
     assert waiting not in runs(r)
     assert r.llen("queue:default") == 1
     assert json.loads(r.lindex("queue:default", 0))["jid"] == waiting
@@ -136,46 +138,49 @@ def test_quiet_finishes_the_running_job_and_fetches_no_more(daemon, producer, r,
     assert pid_alive(d.pid)
     assert identity.encode() in r.smembers("processes")
     assert heartbeat_quiet(r, identity) == b"true"
-    t0 = time.time()
     if how == "remote TSTP":
         r.lpush(f"{identity}-signals", "TERM")
     else:
         d.signal(signal.SIGTERM)
     assert d.wait(10) == 0
-    assert time.time() - t0 < 3
     assert_left_cleanly(r, identity)
     assert r.llen("queue:default") == 1  # still waiting for the next daemon, not lost
 
 
 def test_remote_term_stops_the_daemon(daemon, producer, r):
     # Given a running daemon with a job in hand
-    d = daemon(timeout=10)
+    d = daemon(timeout=60)
     identity = d.identity()
-    jid = jobs.Sleep.perform_async(0.5)
-    wait_for(lambda: jid in runs(r), 10, what="job start")
+    jid = jobs.Gate.perform_async("in-hand")
+    wait_for(lambda: jid in runs(r), what="job start")
     # When the Web UI's "Stop" button writes TERM into <identity>-signals
     r.lpush(f"{identity}-signals", "TERM")
     r.expire(f"{identity}-signals", 60)
-    # Then the running job finishes and the daemon exits 0 within a few beats
+    # Then the next beat reads it and the daemon stops: the running job finishes, it exits 0
+    d.wait_log("remote signal TERM")
+    assert done(r) == {}
+    jobs.open_gate(r, "in-hand")
     assert d.wait(10) == 0
     assert done(r) == {jid: 1}
-    assert "remote signal TERM" in d.output()
+    assert "shutting down" in d.output()
     assert_left_cleanly(r, identity)
 
 
 def test_ttin_logs_each_worker_and_its_python_stack(daemon, producer, r):
     # Given two workers, one of them running a job
     d = daemon()
-    jid = jobs.Sleep.perform_async(1.5, "dumped")
-    wait_for(lambda: jid in runs(r), 10, what="job start")
+    jid = jobs.Gate.perform_async("dumped")
+    wait_for(lambda: jid in runs(r), what="job start")
     # When the master gets TTIN
     d.signal(signal.SIGTTIN)
     # Then the log names each worker, what the busy one runs, and shows the job's stack
-    out = wait_for(lambda: d.output().count("most recent call first") >= 3 and d.output(), 5,
-                   what="three stacks")
+    # (a stack is whole once its outermost frame, runpy's, is written: the third "most recent
+    # call first" only says the third stack has begun, and reading then found a torn line)
+    out = wait_for(lambda: d.output().count(" in _run_module_as_main\n") >= 3 and d.output(),
+                   what="three whole stacks")
     assert "TTIN worker 0" in out and "TTIN worker 1" in out
     busy = [line for line in out.splitlines() if "TTIN worker" in line and "running" in line]
-    assert len(busy) == 1 and "Sleep" in busy[0] and jid in busy[0]
+    assert len(busy) == 1 and "Gate" in busy[0] and jid in busy[0]
     assert any("idle" in line for line in out.splitlines() if "TTIN worker" in line)
     # Each stack comes out whole (one worker after another, not interleaved line by line)
     stack = [line for line in out.splitlines() if line.strip().startswith('File "')]
@@ -183,12 +188,14 @@ def test_ttin_logs_each_worker_and_its_python_stack(daemon, producer, r):
     assert any("jobs.py" in line and "in perform" in line for line in stack)
     assert out.count("most recent call first") >= 3  # the master and both workers
     # And the daemon carries on: the job finishes, the daemon stops cleanly
-    wait_for(lambda: done(r).get(jid) == 1, 10, what="job to finish")
+    jobs.open_gate(r, "dumped")
+    wait_for(lambda: done(r).get(jid) == 1, what="job to finish")
     assert d.stop() == 0
 
 
 def cpu_seconds(pid, window=1.0):
-    """CPU time a process uses over ``window`` seconds of wall time (a measurement)."""
+    """CPU time a process uses over ``window`` seconds of wall time: the sleep is the
+    observation window (a master that spins uses most of it; one that idles, almost none)."""
     p = psutil.Process(pid)
     before = sum(p.cpu_times()[:2])
     time.sleep(window)

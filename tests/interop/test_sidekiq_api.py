@@ -144,12 +144,12 @@ out(quiet: target["quiet"], stopping: target.stopping?, queue_size: Sidekiq::Que
 
 
 def test_quiet_and_stop_from_ruby_control_the_queued_master(daemon, producer, r, ruby):
-    # Given a queued daemon running a job of a few seconds
+    # Given a queued daemon running a job (until the test opens its gate)
     d = daemon(concurrency=2, shutdown_timeout=20)
     identity = d.identity()
-    sleeper = jobs.Sleep.perform_async(4, "quiet-sleep")
+    sleeper = jobs.Gate.perform_async("quiet-gate")
     wait_for(lambda: counts(r, jobs.RUNS).get(sleeper), 10, what="the job to start")
-    wait_for(lambda: r.hget(identity, "busy") == b"1", 5, what="a beat showing the busy job")
+    wait_for(lambda: r.hget(identity, "busy") == b"1", what="a beat showing the busy job")
     # When Ruby calls Sidekiq::Process#dump_threads then #quiet! on it
     got = ruby_json(ruby, QUIET, d.redis_url, identity)
     assert got["stopping_before"] is False and got["busy"] == 1
@@ -157,16 +157,17 @@ def test_quiet_and_stop_from_ruby_control_the_queued_master(daemon, producer, r,
     # and goes quiet (TSTP), and its heartbeat says so
     log = d.wait_log("remote signal TSTP", 10)
     assert log.index("remote signal TTIN") < log.index("remote signal TSTP")
-    assert f"running Sleep jid={sleeper}" in log
-    wait_for(lambda: r.hget(identity, "quiet") == b"true", 5, what='quiet "true" in the beat')
-    # And a job pushed now is not fetched
+    assert f"running Gate jid={sleeper}" in log
+    wait_for(lambda: r.hget(identity, "quiet") == b"true", what='quiet "true" in the beat')
+    # And a job pushed now is not fetched (checked once the daemon has exited, below)
     later = jobs.Record.perform_async("after-quiet")
-    time.sleep(1.0)
-    assert later not in counts(r, jobs.RUNS)
     # When Ruby sees the process as stopping and calls #stop!
     got = ruby_json(ruby, STOP, d.redis_url, identity)
     assert got["quiet"] == "true" and got["stopping"] is True
-    # Then the master stops cleanly (after its running job finished) and leaves ProcessSet
+    # Then the master stops cleanly once its running job has finished, and leaves ProcessSet
+    d.wait_log("remote signal TERM")
+    assert d.proc.poll() is None and counts(r, jobs.DONE) == {}  # waiting for the job
+    jobs.open_gate(r, "quiet-gate")
     assert d.wait(30) == 0
     assert "remote signal TERM" in d.output()
     assert identity.encode() not in r.smembers("processes")

@@ -12,6 +12,7 @@ import time
 import queued
 
 SEEN = "t:wire:seen"  # list of {"class","jid","queue","args","msg","t"}, in run order
+GATE = "t:gate:"      # as tests/jobs.py: an InteropGate job runs until t:gate:<tag> exists
 
 
 def record(job, args) -> None:
@@ -49,9 +50,15 @@ class CrossJob(queued.Job):
             raise RuntimeError(f"cross failure {tag}")
 
 
-class InteropSleep(queued.Job):
-    """Records, then sleeps ``seconds`` (long enough to be seen by a heartbeat)."""
+class InteropGate(queued.Job):
+    """Records, then runs until the test opens its gate (tests/jobs.py's ``open_gate``):
+    long enough to be seen by a heartbeat, however slow the machine. Fails after
+    ``seconds`` if the gate never opens."""
 
-    def perform(self, seconds, *rest):
-        record(self, [seconds, *rest])
-        time.sleep(seconds)
+    def perform(self, tag, seconds=60):
+        record(self, [tag, seconds])
+        end = time.monotonic() + seconds
+        while not queued.get_redis().exists(GATE + tag):
+            if time.monotonic() > end:
+                raise RuntimeError(f"gate {tag!r} was never opened")
+            time.sleep(0.01)
