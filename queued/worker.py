@@ -118,6 +118,8 @@ class Worker:
         self._die_with_master()
         random.seed()
         logsetup.retag(f"w{self.slot}")
+        self.joblog = logsetup.JobLog(log.name)
+        self.joblog.bind()
         self.writer = SlotWriter(self.table, self.slot, os.getpid())
         self.writer.tick()  # the record names this pid from now on (the master never writes it)
         client.dedicate_job_connection()
@@ -330,7 +332,7 @@ class Worker:
                 self.fetcher.ack(claimed)
             self._hook(job, "after_succeeded")
             if self.config.job_logging:
-                log.info("class=%s jid=%s elapsed=%.3f done", msg["class"], msg["jid"], elapsed)
+                self.joblog.done(msg["class"], msg["jid"], elapsed)
         else:
             self._failed(res, msg, cls, error, elapsed)
             self._hook(job, "after_failed", error)
