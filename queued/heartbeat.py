@@ -25,6 +25,7 @@ import redis
 from . import __version__, recovery
 from .keys import Keys
 from .log import pid_tag
+from .payload import jid_of
 from .slots import SlotView, stored_jid
 
 #: TTL of the process record and of the dated stat keys (Sidekiq's values).
@@ -39,12 +40,8 @@ def new_identity() -> str:
 
 
 def _jid_of(payload: bytes) -> str | None:
-    try:
-        msg = json.loads(payload)
-    except ValueError:
-        return None
-    jid = msg.get("jid") if isinstance(msg, dict) else None
-    return stored_jid(jid) if isinstance(jid, str) else None
+    jid = jid_of(payload)
+    return stored_jid(jid) if jid is not None else None
 
 
 class Heartbeat:

@@ -1,5 +1,11 @@
 """Logging: one line per event on stderr (or a file), UTC timestamps, Sidekiq's shape:
-``2026-11-21T06:14:56.123Z pid=4242 tid=w3 INFO: message``.
+``2026-11-21T06:14:56.123Z pid=4242 tid=w3 class=HardJob jid=15acda24 INFO app.billing: msg``.
+
+``tid`` is ``master`` or ``w<slot>``. While a worker runs a job, every line logged in that
+process (by queued or by the job's own code, through ``logging``) carries the job's class and
+jid, as Sidekiq's job context does; the line that ends a job adds ``elapsed``. Every line names
+its logger. ``-v`` turns on queued's own debug lines; other libraries' loggers (redis-py's
+among them) stay at WARNING.
 
 The line a worker logs at the end of every job (``job_logging``, on by default as in Sidekiq)
 is written by ``JobLog`` without the logging module's machinery (a LogRecord, the handler's
@@ -14,6 +20,26 @@ import logging
 import os
 import sys
 import time
+
+from .tracebacks import format_exception
+
+#: Loggers of other libraries that stay at WARNING whatever -v says (redis-py logs every
+#: connection's handshake at DEBUG).
+QUIET_LIBRARIES = ("redis", "urllib3", "asyncio")
+
+# " class=X jid=Y" (and " elapsed=..." once the job ended) while a job runs in this process:
+# one job at a time per worker, so one value per process (threads the job starts share it).
+_context = ""
+
+
+def set_context(text: str) -> None:
+    global _context
+    _context = text
+
+
+def job_context(job_class: str, jid: str, elapsed: float | None = None) -> str:
+    text = f" class={job_class} jid={jid}"
+    return text if elapsed is None else f"{text} elapsed={elapsed:.3f}"
 
 
 class _Seconds:
@@ -40,22 +66,34 @@ class Formatter(logging.Formatter):
     def formatTime(self, record, datefmt=None):  # noqa: N802 - logging's API
         return f"{self._seconds(record.created)}.{int(record.msecs):03d}Z"
 
+    def prefix(self, created: float, pid: int) -> str:
+        """Everything before the level: time, pid, tid and the job context."""
+        msecs = int(created % 1 * 1000)
+        return f"{self._seconds(created)}.{msecs:03d}Z pid={pid} tid={self.tid}{_context}"
+
     def format(self, record):
-        text = (f"{self.formatTime(record)} pid={record.process} tid={self.tid} "
-                f"{record.levelname}: {record.getMessage()}")
-        if record.exc_info:
+        text = (f"{self.prefix(record.created, record.process)} {record.levelname} "
+                f"{record.name}: {record.getMessage()}")
+        if record.exc_info and record.exc_info[1] is not None:
+            text += "\n" + format_exception(record.exc_info[1])
+        elif record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
         return text
 
 
 def setup(level: str = "INFO", logfile: str | None = None, tag: str = "master") -> None:
+    """queued's one handler on the root logger; ``level`` DEBUG (-v) applies to queued's
+    own loggers, the root stays at INFO and other libraries at WARNING."""
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
     handler = (logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stderr))
     handler.setFormatter(Formatter(tag))
     root.addHandler(handler)
-    root.setLevel(level)
+    root.setLevel(logging.INFO)
+    logging.getLogger("queued").setLevel(level)
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def retag(tag: str) -> None:
@@ -63,6 +101,53 @@ def retag(tag: str) -> None:
     for h in logging.getLogger().handlers:
         if isinstance(h.formatter, Formatter):
             h.formatter.tid = tag
+
+
+def reopen() -> None:
+    """Reopen the log file (``logfile:``) after logrotate moved it away (USR2). Call it from
+    the main loop, not from a signal handler: it takes the handler's lock."""
+    for h in logging.getLogger().handlers:
+        if isinstance(h, logging.FileHandler):
+            h.acquire()
+            try:
+                if h.stream is not None:
+                    h.stream.close()
+                h.stream = h._open()
+            finally:
+                h.release()
+
+
+def direct_fd() -> tuple[int, Formatter] | None:
+    """The file descriptor and formatter of queued's own handler when it is the only one (a
+    line written there directly looks like any other); else None."""
+    handlers = logging.getLogger().handlers
+    if len(handlers) != 1:
+        return None
+    handler = handlers[0]
+    if type(handler.formatter) is not Formatter or not isinstance(handler, logging.StreamHandler) \
+            or handler.filters:
+        return None
+    try:
+        handler.flush()
+        return handler.stream.fileno(), handler.formatter
+    except (AttributeError, OSError, ValueError):  # a stream without a file descriptor
+        return None
+
+
+def write_record(level: str, name: str, message: str) -> None:
+    """One record written in one ``os.write`` when that is possible (see ``direct_fd``), else
+    through logging: for a signal handler, which must not take the handler's lock (the main
+    thread may hold it in the middle of a line). A multi-line message stays in one piece."""
+    direct = direct_fd()
+    if direct is None:
+        logging.getLogger(name).log(getattr(logging, level), "%s", message)
+        return
+    fd, formatter = direct
+    line = f"{formatter.prefix(time.time(), os.getpid())} {level} {name}: {message}\n"
+    try:
+        os.write(fd, line.encode("utf-8", "replace"))
+    except OSError:
+        pass
 
 
 def pid_tag(pid: int | None = None) -> str:
@@ -76,34 +161,25 @@ def pid_tag(pid: int | None = None) -> str:
 
 
 class JobLog:
-    """The ``class=... jid=... elapsed=... done`` line of every finished job (see the module
-    header). ``bind()`` after the handlers are final (in the worker, after fork)."""
+    """The ``done`` line of every finished job (see the module header). ``bind()`` after the
+    handlers are final (in the worker, after fork, and after a reopen)."""
 
     def __init__(self, name: str = "queued.worker"):
         self.logger = logging.getLogger(name)
         self.fd: int | None = None
-        self.head = ""
-        self._seconds = _Seconds()
+        self.formatter: Formatter | None = None
+        self.tail = f" INFO {name}: done\n"
 
     def bind(self) -> None:
-        """Write directly when queued's own handler (our Formatter on a stream or a file) is
-        the only one, and INFO lines of this logger would be written; else use logging."""
+        """Write directly when queued's own handler is the only one and INFO lines of this
+        logger would be written; else use logging."""
         self.fd = None
-        handlers = logging.getLogger().handlers
-        if len(handlers) != 1 or not self.logger.isEnabledFor(logging.INFO):
-            return
-        handler = handlers[0]
-        formatter = handler.formatter
-        if type(formatter) is not Formatter or not isinstance(handler, logging.StreamHandler) \
-                or handler.filters or handler.level > logging.INFO \
+        direct = direct_fd()
+        if direct is None or not self.logger.isEnabledFor(logging.INFO) \
+                or logging.getLogger().handlers[0].level > logging.INFO \
                 or not self._plain(self.logger):
             return
-        try:
-            handler.flush()
-            self.fd = handler.stream.fileno()
-        except (AttributeError, OSError, ValueError):  # a stream without a file descriptor
-            return
-        self.head = f"Z pid={os.getpid()} tid={formatter.tid} INFO: "
+        self.fd, self.formatter = direct
 
     @staticmethod
     def _plain(logger: logging.Logger) -> bool:
@@ -114,15 +190,14 @@ class JobLog:
             logger = logger.parent
         return True
 
-    def done(self, job_class: str, jid: str, elapsed: float) -> None:
+    def done(self) -> None:
+        """Log ``done`` in the job context set by the worker (class, jid, elapsed)."""
         if self.fd is None:
-            self.logger.info("class=%s jid=%s elapsed=%.3f done", job_class, jid, elapsed)
+            self.logger.info("done")
             return
-        now = time.time()
-        line = (f"{self._seconds(now)}.{int(now % 1 * 1000):03d}{self.head}"
-                f"class={job_class} jid={jid} elapsed={elapsed:.3f} done\n")
+        line = self.formatter.prefix(time.time(), os.getpid()) + self.tail
         try:
             os.write(self.fd, line.encode("utf-8", "replace"))
         except OSError:
             self.fd = None  # logging reports the problem its own way from now on
-            self.logger.info("class=%s jid=%s elapsed=%.3f done", job_class, jid, elapsed)
+            self.logger.info("done")

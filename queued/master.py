@@ -11,41 +11,42 @@ reaping and supervising, and retries Redis work with backoff, logging once per o
 """
 from __future__ import annotations
 
-import faulthandler
 import logging
 import os
 import select
 import signal
 import sys
+import threading
 import time
+import traceback
 
 import redis
 
 from . import events, recovery, titles
+from . import log as logsetup
 from .connection import make_redis
-from .errors import EXIT_REDIS_ERROR, WORKER_BOOT_ERROR, QueuedError
+from .errors import EXIT_REDIS_ERROR, QueuedError
 from .heartbeat import Heartbeat, new_identity
 from .keys import Keys
 from .scheduler import Scheduler
 from .slots import Notes, SlotTable, SlotWriter, Watch
 from .waker import Waker
+from .children import Children, Exit
 from .worker import Worker, note_labels
 
 log = logging.getLogger("queued.master")
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGTSTP, signal.SIGTTIN,
-           signal.SIGCHLD, signal.SIGHUP)
+           signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR2)
 #: Longest the loop sleeps, so every timer is noticed within it (seconds).
 TICK = 1.0
-#: A worker that dies sooner than this after its fork counts as a boot failure (backoff).
-BOOT_GRACE = 2.0
-#: Respawn backoff after repeated boot failures: first delay, cap (seconds).
-SPAWN_BACKOFF, SPAWN_BACKOFF_MAX = 0.1, 30.0
-#: Seconds between two workers' stack dumps after TTIN, so their output does not interleave.
+#: Seconds between two workers' stack dumps after TTIN, so they come in slot order.
 DUMP_GAP = 0.2
-#: An idle worker that has not ticked for this long beyond its blocking fetch (fetch_timeout)
-#: is stuck and is killed (seconds).
-SILENT_LIMIT = 60.0
+#: Backoff between attempts to reach Redis at boot: first wait (doubling to 5 s).
+CONNECT_BACKOFF = 0.1
+#: While Redis is unreachable at boot, "still waiting" is logged this long after the first
+#: attempt (seconds), then every WAITING_EVERY seconds.
+WAITING_REPORTS, WAITING_EVERY = (10.0, 30.0, 60.0), 60.0
 #: A condition that persists (jobs that cannot be put back, failures that cannot be written)
 #: is logged at most this often (seconds).
 KEY_LOG_INTERVAL = 60.0
@@ -53,16 +54,6 @@ KEY_LOG_INTERVAL = 60.0
 EMBEDDED_RETRY = 5.0
 
 RUNNING, QUIET, STOPPING = "running", "quiet", "stopping"
-
-
-class WorkerRecord:
-    def __init__(self, slot: int, pid: int, processed: int = 0):
-        self.slot = slot
-        self.pid = pid
-        self.spawned = time.monotonic()
-        self.processed_at_spawn = processed  # the slot's job count when this worker began
-        self.kill_reason: str | None = None   # "timeout", "shutdown", "silent"
-        self.timeout_info: tuple[float, str] | None = None
 
 
 class Master:
@@ -81,12 +72,8 @@ class Master:
                             *(("stuck", slot) for slot in range(config.concurrency))])
         self.held: list[recovery.Held] = []  # failures Redis refused to store (retried)
         self.watch = Watch(config.concurrency)  # which queue each idle worker waits on
-        self.workers: dict[int, WorkerRecord] = {}       # pid -> record
-        self.free: set[int] = set(range(config.concurrency))
-        # slot -> (exit status, reason, running jid, its timeout): exited, jobs not yet put back
-        self.unrecovered: dict[int, tuple[int, str, str, float]] = {}
-        self.boot_failures = [0] * config.concurrency
-        self.next_spawn = [0.0] * config.concurrency
+        # slot -> how its worker ended: exited, its jobs not yet put back
+        self.unrecovered: dict[int, Exit] = {}
         self.state = RUNNING
         self.deadline = None
         self.next_beat = 0.0
@@ -99,10 +86,10 @@ class Master:
         self.waker = Waker(self.r, self.keys, config.queue_names, self.watch,
                            config.fetch_timeout)
         self.lease_ms = int(config.lease_timeout * 1000)
-        # An idle worker ticks its record before each blocking fetch, which lasts up to
-        # fetch_timeout: only silence beyond that is a stuck worker (a fixed 60 s limit killed
-        # the idle workers of a daemon with fetch_timeout above 60 s every minute).
-        self.silent_limit = SILENT_LIMIT + config.fetch_timeout
+        self.children = Children(config, self.table, self.watch, self._make_worker,
+                                 self._in_child, SIGNALS)
+        self.shown_title = ""
+        self.waiting_since: float | None = None  # Redis unreachable at boot since (monotonic)
 
     # --- lifecycle ------------------------------------------------------------------------------
     def run(self) -> int:
@@ -126,6 +113,7 @@ class Master:
                 self._murder()
                 self._timers()
                 self._spawn()
+                self._show_title()
         finally:
             self._finish()
         log.info("bye")
@@ -134,9 +122,10 @@ class Master:
         return EXIT_REDIS_ERROR if self.unrecovered else 0
 
     def _connect(self) -> bool:
-        """Wait for Redis (logging once), register, take the first lease. False if told to
-        stop while waiting."""
-        delay = SPAWN_BACKOFF
+        """Wait for Redis (saying so at growing intervals, and in the title), register, take
+        the first lease. False if told to stop while waiting."""
+        delay = CONNECT_BACKOFF
+        reports = list(WAITING_REPORTS)
         while True:
             try:
                 self.r.ping()
@@ -146,14 +135,31 @@ class Master:
                 if self.redis_down_since is not None:
                     log.info("Redis is back after %.1fs", time.monotonic() - self.redis_down_since)
                     self.redis_down_since = None
+                self.waiting_since = None
                 return True
             except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
                 self._redis_error("connect", e)
+                self._still_waiting(e, reports)
             self._wait(delay)
             self._handle_signals()
             if self.state == STOPPING:
                 return False
             delay = min(delay * 2, 5.0)
+
+    def _still_waiting(self, err: Exception, reports: list[float]) -> None:
+        """Redis unreachable at boot: the title says so, and the log again after 10 s, 30 s,
+        then every minute (one line at the first failure said it, then nothing for ever)."""
+        now = time.monotonic()
+        if self.waiting_since is None:
+            self.waiting_since = now
+        self._show_title("waiting for Redis")
+        waited = now - self.waiting_since
+        if waited >= reports[0]:
+            log.error("still waiting for Redis after %.0fs (%s)", waited, err)
+            if len(reports) > 1:
+                reports.pop(0)
+            else:
+                reports[0] += WAITING_EVERY
 
     def _stopped(self) -> bool:
         """Stopping, no worker left, and their jobs put back. If Redis is away at the
@@ -210,9 +216,9 @@ class Master:
                 timeout = min(timeout, self.deadline - now)
             if self.dumps:
                 timeout = min(timeout, max(0.0, self.next_dump - now))
-            waker = self.waker.due_in(now)
-            if waker is not None:
-                timeout = min(timeout, waker)
+            for due in (self.waker.due_in(now), self.children.next_kill_in(now)):
+                if due is not None:
+                    timeout = min(timeout, due)
         try:
             select.select([self.wake_r, *self.waker.fds()], [], [], timeout)
         except InterruptedError:
@@ -229,7 +235,8 @@ class Master:
     def _dispatch(self, signum: int) -> None:
         handler = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop,
                    signal.SIGUSR1: self.quiet, signal.SIGTSTP: self.quiet,
-                   signal.SIGTTIN: self.dump, signal.SIGHUP: self._hup}.get(signum)
+                   signal.SIGTTIN: self.dump, signal.SIGHUP: self._hup,
+                   signal.SIGUSR2: self.reopen_logs}.get(signum)
         if handler:
             handler(signal.Signals(signum).name)
 
@@ -261,13 +268,20 @@ class Master:
     def _hup(self, why: str) -> None:
         log.info("HUP ignored: queued has no reload; restart it (TERM) to pick up changes")
 
-    def dump(self, why: str = "TTIN") -> None:
-        """Log each worker's job and runtime, then ask each for its Python stack.
+    def reopen_logs(self, why: str = "USR2") -> None:
+        """Reopen ``logfile:`` (logrotate moved it away), here and in every worker."""
+        logsetup.reopen()
+        log.info("%s: log file reopened; asking the workers to do the same", why)
+        self._signal_workers(signal.SIGUSR2)
 
-        The workers are asked one at a time, DUMP_GAP apart (``_timers``): faulthandler writes
-        a stack in many small unbuffered writes, and workers dumping at once into the same
-        stderr interleaved their stacks line by line, unreadably."""
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    def dump(self, why: str = "TTIN") -> None:
+        """Log the master's stack and each worker's job and runtime, then ask each worker for
+        its Python stack (one labelled record each, in slot order: one at a time, DUMP_GAP
+        apart, so nothing interleaves)."""
+        stacks = "\n".join(f"Thread {t.name}:\n" + "".join(
+            traceback.format_stack(sys._current_frames()[t.ident])).rstrip()
+            for t in threading.enumerate() if t.ident in sys._current_frames())
+        log.info("TTIN master pid=%d (%s); stack:\n%s", os.getpid(), why, stacks)
         for rec in sorted(self.workers.values(), key=lambda w: w.slot):
             v = self.table.read(rec.slot)
             if v.busy:
@@ -285,62 +299,35 @@ class Master:
             pass
 
     # --- workers -----------------------------------------------------------------------------
-    def _signal_workers(self, sig: int) -> None:
-        for pid in list(self.workers):
-            self._kill(pid, sig)
+    @property
+    def workers(self) -> dict:
+        return self.children.workers
 
-    @staticmethod
-    def _kill(pid: int, sig: int) -> None:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
+    def _signal_workers(self, sig: int) -> None:
+        self.children.signal_all(sig)
+
+    def _make_worker(self, slot: int) -> Worker:
+        return Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid(),
+                      self.notes, self.watch, self.waker.idle_w)
+
+    def _in_child(self) -> None:
+        """In a freshly forked worker: forget the master's plumbing."""
+        signal.set_wakeup_fd(-1)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+        os.close(self.waker.idle_r)
 
     def _spawn(self) -> None:
-        if self.state != RUNNING:
-            return
-        now = time.monotonic()
-        for slot in sorted(self.free):
-            if slot not in self.unrecovered and now >= self.next_spawn[slot]:
-                self._fork(slot)
-
-    def _fork(self, slot: int) -> None:
-        worker = Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid(),
-                        self.notes, self.watch, self.waker.idle_w)
-        # The record is made ready before the fork and left to the child after it: a reset
-        # here after fork() overwrote the record of a child that had already begun a job,
-        # hiding it from the timeout kill, the heartbeat and the crash count.
-        self.table.reset(slot)
-        processed = self.table.read(slot, writer_alive=False).processed
-        self.watch.clear(slot)  # its previous worker may have died while blocked
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-        try:
-            pid = os.fork()
-            if pid == 0:  # the child: forget the master's plumbing, then run
-                signal.set_wakeup_fd(-1)
-                os.close(self.wake_r)
-                os.close(self.wake_w)
-                os.close(self.waker.idle_r)
-                worker.run()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        self.workers[pid] = WorkerRecord(slot, pid, processed)
-        self.free.discard(slot)
+        if self.state == RUNNING:
+            self.children.spawn(self.unrecovered)
 
     def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            rec = self.workers.pop(pid, None)
-            if rec is None:
-                self._other_exited(pid, status)
-                continue
-            self.free.add(rec.slot)
-            self._exited(rec, status)
+        for ended in self.children.reap(self._other_exited):
+            self.unrecovered[ended.slot] = ended
+            self._recover(ended)
+
+    def _murder(self) -> None:
+        self.children.murder(self.deadline is not None and time.monotonic() >= self.deadline)
 
     def _other_exited(self, pid: int, status: int) -> None:
         """A child that is not a worker: one the job code started and orphaned to us, or the
@@ -369,46 +356,18 @@ class Master:
             return
         log.info("embedded Redis started again: pid=%d", self.embedded.pid)
 
-    def _exited(self, rec: WorkerRecord, status: int) -> None:
-        code = os.waitstatus_to_exitcode(status)
-        lived = time.monotonic() - rec.spawned
-        # A worker that died in a job (busy, or after finishing some) did boot: its crash is
-        # the job's (counted and bounded by max_crashes below), not a reason to back off.
-        # Backing off here let a few poison pills stall a slot for up to SPAWN_BACKOFF_MAX.
-        v = self.table.read(rec.slot, writer_alive=False)
-        ran_jobs = v.busy or v.processed > rec.processed_at_spawn
-        if code == WORKER_BOOT_ERROR or (code != 0 and lived < BOOT_GRACE and not rec.kill_reason
-                                         and not ran_jobs):
-            self.boot_failures[rec.slot] += 1
-            delay = min(SPAWN_BACKOFF * 2 ** self.boot_failures[rec.slot], SPAWN_BACKOFF_MAX)
-            self.next_spawn[rec.slot] = time.monotonic() + delay
-            log.error("worker %d (pid %d) died %.2fs after boot (%s); respawning in %.1fs",
-                      rec.slot, rec.pid, lived, recovery.describe_status(code), delay)
-        else:
-            self.boot_failures[rec.slot] = 0
-        # A worker exits 0 only between jobs (after TERM, or its parent gone). One that exits
-        # while its slot says busy left in the middle of a job (os._exit(0) in job code, a
-        # SystemExit escaping): a crash, whatever the status, so it counts toward the poison
-        # pill limit (an exit 0 used to requeue the job for ever: 465 runs in 4 s).
-        reason = rec.kill_reason or ("crash" if code != 0 or v.busy else "exit")
-        # The job it ran is the one the slot table names (or the one the master killed for
-        # its timeout), not simply the earliest reservation: a batch's finished jobs stay
-        # reserved until their ack goes out. A worker that died between jobs ran none.
-        seconds, running = rec.timeout_info or (0.0, v.jid if v.busy else "")
-        self.unrecovered[rec.slot] = (code, reason, running, seconds)
-        self._recover(rec.slot, code, reason, running, seconds)
-
     def _recover_pending(self) -> None:
-        for slot, (code, reason, running, seconds) in list(self.unrecovered.items()):
-            self._recover(slot, code, reason, running, seconds)
+        for ended in list(self.unrecovered.values()):
+            self._recover(ended)
 
-    def _recover(self, slot: int, code: int, reason: str, running: str, seconds: float) -> None:
+    def _recover(self, ended: Exit) -> None:
         """Settle an exited worker's slot (recovery.settle); retried every loop while Redis
         is away, and the slot is not reused until it succeeds."""
+        slot = ended.slot
         try:
             moved, failed, held = recovery.settle(
-                self.r, self.keys, self.identity, self.config, slot, code=code, reason=reason,
-                running_jid=running, timeout=seconds)
+                self.r, self.keys, self.identity, self.config, slot, code=ended.code,
+                reason=ended.reason, running_jid=ended.running, timeout=ended.seconds)
         except recovery.Stuck as e:
             if self.notes.due(("stuck", slot), KEY_LOG_INTERVAL):
                 log.error("%s", e)
@@ -420,42 +379,17 @@ class Master:
             self._count_failure(slot)
         if held is not None:
             self.held.append(held)
+            self.notes.due("held", KEY_LOG_INTERVAL)  # (settle logged it just now)
         self.unrecovered.pop(slot, None)
-        if reason != "exit" or moved:
-            log.log(logging.INFO if reason in ("exit", "shutdown") else logging.WARNING,
+        if ended.reason != "exit" or moved:
+            log.log(logging.INFO if ended.reason in ("exit", "shutdown") else logging.WARNING,
                     "worker %d %s (%s); %d job(s) put back at the head of their queues", slot,
-                    reason if reason != "crash" else "died", recovery.describe_status(code),
-                    moved)
+                    "died" if ended.reason == "crash" else "exited" if ended.reason == "exit"
+                    else "stopped", ended.describe(), moved)
 
     def _count_failure(self, slot: int) -> None:
         """The dead worker never counted this job; count it for the stats (the slot is free)."""
         SlotWriter(self.table, slot, 0).end(failed=True)
-
-    def _murder(self) -> None:
-        """Kill workers past timeout + grace (the job ignored SIGALRM), stuck idle workers,
-        and at the shutdown deadline everyone left."""
-        now = time.monotonic()  # not the wall clock: an NTP step must not kill a job early
-        hard_stop = self.deadline is not None and now >= self.deadline
-        for rec in list(self.workers.values()):
-            if rec.kill_reason:
-                continue
-            v = self.table.read(rec.slot)
-            if hard_stop:
-                rec.kill_reason = "shutdown"
-            elif v.busy and v.timeout and \
-                    now - v.started > v.timeout + self.config.timeout_grace:
-                rec.kill_reason, rec.timeout_info = "timeout", (v.timeout, v.jid)
-                log.error("worker %d pid=%d: %s jid=%s ran %.1fs, past its %gs timeout + %gs "
-                          "grace; killing it", rec.slot, rec.pid, v.job_class, v.jid,
-                          now - v.started, v.timeout, self.config.timeout_grace)
-            elif not v.busy and now - v.tick > self.silent_limit and \
-                    now - rec.spawned > self.silent_limit:
-                rec.kill_reason = "silent"
-                log.error("worker %d pid=%d silent for %.0fs; killing it", rec.slot, rec.pid,
-                          now - v.tick)
-            else:
-                continue
-            self._kill(rec.pid, signal.SIGKILL)
 
     # --- timers ------------------------------------------------------------------------------
     def _timers(self) -> None:
@@ -463,7 +397,7 @@ class Master:
         if self.dumps and now >= self.next_dump:
             pid = self.dumps.pop(0)
             if pid in self.workers:
-                self._kill(pid, signal.SIGUSR2)
+                self.children.kill(pid, signal.SIGTTIN)
                 self.next_dump = now + DUMP_GAP
         if self.state == RUNNING:
             try:
@@ -475,11 +409,19 @@ class Master:
             self.next_beat = now + self.config.heartbeat_interval
             self._beat()
 
+    def _show_title(self, state: str | None = None) -> None:
+        """The master's process title, from the slot table: on every turn of the loop (it
+        lagged the workers by up to a heartbeat), set only when its text changes."""
+        busy = sum(1 for v in self.table.views() if v.busy)
+        if state is None:
+            state = {QUIET: "quiet", STOPPING: "stopping"}.get(self.state, "")
+        text = titles.master_title(self.config.tag, busy, self.config.concurrency, state)
+        if text != self.shown_title:
+            self.shown_title = text
+            titles.set_title(text)
+
     def _beat(self) -> None:
         views = self.table.views()
-        busy = sum(1 for v in views if v.busy)
-        state = {QUIET: "quiet", STOPPING: "stopping"}.get(self.state, "")
-        titles.set_title(titles.master_title(self.config.tag, busy, self.config.concurrency, state))
         try:
             remote = self.heartbeat.beat(views, self.state != RUNNING, self.lease_ms)
             if self.heartbeat.lapse:  # frozen or cut off past the lease (heartbeat._lapse)
@@ -491,6 +433,9 @@ class Master:
         except (redis.RedisError, OSError) as e:  # see _redis_error
             self._redis_error("heartbeat", e)
             return
+        log.debug("heartbeat: %d of %d busy; lease renewed for %gs%s",
+                  sum(1 for v in views if v.busy), self.config.concurrency,
+                  self.config.lease_timeout, "; scheduler leader" if self.scheduler.leader else "")
         if self.redis_down_since is not None:
             log.info("Redis is back after %.1fs", time.monotonic() - self.redis_down_since)
             self.redis_down_since = None

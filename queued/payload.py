@@ -6,6 +6,7 @@ dumps the way Ruby's ``JSON.generate`` does: no spaces, non-ASCII raw, ``/`` une
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -36,6 +37,27 @@ _ascii_encoder = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allo
 # (which may hold the same characters) and rewrites the number tokens after "[", "," or ":".
 _RUBY_FLOAT_TOKENS = re.compile(
     r'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![^\[,:])(-?\d+e[+-]\d+|-?\d{16}\.0(?![\d.e]))')
+
+
+def derived_jid(raw: bytes) -> str:
+    """The jid of a job pushed without one: 24 hex characters made from its bytes, so the
+    worker that runs it and the master that recovers it (crash, timeout) agree on it."""
+    return hashlib.sha1(raw).hexdigest()[:24]
+
+
+def jid_of(raw: bytes) -> str | None:
+    """The jid a worker runs this payload under: its own, or derived_jid for a JSON object
+    without one; None if it is not a job at all."""
+    try:
+        msg = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(msg, dict):
+        return None
+    jid = msg.get("jid", None)
+    if jid is None and "jid" not in msg:
+        return derived_jid(raw)
+    return jid if isinstance(jid, str) else None
 
 
 def new_jid() -> str:
@@ -102,9 +124,10 @@ def validate(msg: dict) -> None:
         raise PayloadError('payload has no "args"')
     if not isinstance(msg["args"], list):
         raise PayloadError(f'payload "args" is {type(msg["args"]).__name__}, not a list')
-    jid = msg.get("jid")
-    if not isinstance(jid, str) or not jid:
-        raise PayloadError('payload has no "jid" string')
+    # A missing jid is allowed (Sidekiq's server runs such a job; the worker gives it one:
+    # derived_jid), but a jid that is there must be a string.
+    if "jid" in msg and (not isinstance(msg["jid"], str) or not msg["jid"]):
+        raise PayloadError('payload "jid" is not a non-empty string')
 
 
 def dumps(msg: Any) -> str:

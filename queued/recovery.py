@@ -129,12 +129,8 @@ def current_job(r: redis.Redis, keys: Keys, identity: str, slot: int,
         return Reservation(members[0], *split_member(members[0])) if members else None
     for member in r.zrange(key, 0, -1):
         queue, payload = split_member(member)
-        try:
-            msg = json.loads(payload)
-        except ValueError:
-            continue
-        if isinstance(msg, dict) and isinstance(msg.get("jid"), str) \
-                and stored_jid(msg["jid"]) == jid:
+        running = codec.jid_of(payload)
+        if running is not None and stored_jid(running) == jid:
             return Reservation(member, queue, payload)
     return None
 

@@ -114,6 +114,37 @@ def kill(msg: dict, exc: BaseException, queue: str, *, job_class: Any = None,
     return Outcome("drop" if msg.get("dead") is False else "dead", now, msg)
 
 
+def rejected(msg: dict, exc: BaseException, queue: str, now: float | None = None) -> Outcome:
+    """An unusable job (a JSON object without ``class``, ``args`` of another type...) for the
+    dead set: the failure fields written into it, so whoever looks at it sees why."""
+    now = time.time() if now is None else now
+    msg = dict(msg)
+    _write_failure_fields(msg, exc, queue, now, [])
+    return Outcome("dead", now, msg)
+
+
+def describe(outcome: Outcome, max_retries: int = DEFAULT_MAX_RETRIES) -> str:
+    """What happens next, for the log: ``retry 3/25 at 14:07:12Z``, ``dead``, ``dropped
+    (retry: false)``."""
+    msg = outcome.msg
+    if outcome.kind == "retry":
+        limit = msg.get("retry")
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            limit = max_retries
+        attempt = (_ruby_to_i(msg.get("retry_count")) or 0) + 1
+        return f"retry {attempt}/{limit} at {_when(outcome.score)}"
+    if outcome.kind == "drop":
+        return "dropped (dead: false)" if msg.get("dead") is False else "dropped (retry: false)"
+    return "dead"
+
+
+def _when(epoch: float) -> str:
+    """``14:07:12Z`` today (UTC, like the log's timestamps), else ``2026-11-27 09:12:00Z``."""
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    text = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(epoch))
+    return (text[11:] if text.startswith(day) else text) + "Z"
+
+
 def delay_for(count: int, exc: BaseException, job_class: Any = None,
               rand: random.Random | None = None, msg: dict | None = None) -> int:
     """Seconds until retry number ``count`` (0 after the first failure): ``count**4 + 15``

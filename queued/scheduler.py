@@ -123,6 +123,7 @@ class Scheduler:
             keys.append(self.keys.queue(queue) if action == "push" else self.keys.dead)
             args += [member, payload, action, queue]
         moved, to_dead, left = ENQUEUE_DUE(self.r, keys, args)
+        log.debug("moved %d due job(s) from %s", moved, zset)
         for queue in to_dead:
             log.error("a due job from %s could not be pushed to queue %s: its key %s holds "
                       "another Redis type, not a list (WRONGTYPE); sent to dead", zset,

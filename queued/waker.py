@@ -219,8 +219,10 @@ class Waker:
         # Wake the workers waiting on the least wanted queues first (the last in the
         # configured order), so the queues that matter most stay watched.
         sleepers = sorted(blocked.items(), key=lambda kv: -kv[1][0])
-        for i, (slot, (_, client_id)) in zip(waiting, sleepers):
+        for i, (slot, (watched_queue, client_id)) in zip(waiting, sleepers):
             if self.r.client_unblock(client_id):
                 del self.pending[i]
+                log.debug("a job on queue %s: woke worker %d (waiting on %s)", self.queues[i],
+                          slot, self.queues[watched_queue])
             else:
                 self.retry_at = now + RETRY_WAKE  # not blocked yet: again in a moment

@@ -1,51 +1,39 @@
-"""A worker process: reserve -> run under middleware and a time limit -> ack or fail.
+"""A worker process: reserve jobs, run each (runner.py), block in Redis while idle.
 
 One job at a time (SIGALRM only works in a process's main thread). The worker tells its master
 what it is doing through the shared slot table, never through Redis. It owns no signal except
-its own: TERM means "finish the job in hand, then exit 0"; INT, TSTP and USR1 belong to the
-master (a Ctrl-C or Ctrl-Z in the terminal reaches the whole process group); USR2 prints the
-Python stack (the master's TTIN asks for it).
+its own: TERM means "finish the job in hand, then exit 0"; TTIN writes its Python stack to the
+log (the master's TTIN asks each worker in turn); USR2 reopens the log file (logrotate). INT,
+TSTP and USR1 belong to the master (a Ctrl-C or Ctrl-Z in the terminal reaches the whole
+process group).
 
 Whatever the worker holds when it exits, for any reason, is put back by the master.
 """
 from __future__ import annotations
 
 import ctypes
-import faulthandler
 import logging
 import os
 import random
 import signal
 import sys
+import threading
 import time
+import traceback
 
 import redis
 
 from . import log as logsetup
-from . import payload as codec
-from . import activejob, client, events, retry, titles
-from .errors import JobTimeout, PayloadError, UnknownJobClass
-from .fetch import GONE, REFUSED, Fetcher, Reservation
-from .job import registry
-from .middleware import server_middleware
+from . import client, titles
+from .fetch import Fetcher, Reservation
+from .runner import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL, Runner
 from .slots import Notes, SlotWriter, Watch
-from .timeout import job_timeout
 
 log = logging.getLogger("queued.worker")
 
 #: A batch grows (doubles, up to ``prefetch``) only while jobs average under this many seconds,
 #: so a prefetched job never waits long behind a slow one.
 FAST_JOB = 0.005
-#: A job class whose recent runs took this long (or is new) counts as possibly slow: the acks of
-#: the jobs finished before it are written before it starts (see _release_finished).
-SLOW_JOB = 0.002
-#: Redis outage backoff: first wait, cap (seconds).
-BACKOFF_START, BACKOFF_MAX = 0.1, 5.0
-#: A queue whose key is not a list is logged at most this often (seconds) by the whole daemon.
-BAD_QUEUE_LOG_INTERVAL = 60.0
-#: Seconds between attempts to write a failure Redis refused (its target key holds another
-#: type): the job stays reserved meanwhile (fail.lua).
-HELD_RETRY = 5.0
 #: Seconds a worker waits before asking again while its master is not registered.
 UNREGISTERED_NAP = 0.25
 
@@ -59,7 +47,7 @@ def note_labels(config) -> list:
 
 
 class _Wake(BaseException):
-    """Raised by the TERM handler only while blocked in Redis, to stop waiting at once."""
+    """Raised by the TERM and USR2 handlers only while blocked in Redis, to stop waiting."""
 
 
 class Worker:
@@ -80,12 +68,8 @@ class Worker:
         self.master_pid = master_pid
         self.stopping = False
         self.blocking = False
+        self.reopen_logs = False
         self.batch = 1
-        #: Failures Redis refused to store (fail.lua): (reservation, kind, score, payload).
-        self.held: list[tuple[Reservation, str, float, str | bytes]] = []
-        self.next_held_retry = 0.0
-        self._class_timeouts: dict[type, float | None] = {}
-        self._durations: dict[str, float] = {}  # job class -> recent run time (seconds)
 
     # --- process setup -----------------------------------------------------------------------
     def run(self) -> None:
@@ -108,12 +92,13 @@ class Worker:
 
     def _init_process(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTSTP, signal.SIGUSR1, signal.SIGHUP,
-                    signal.SIGTTIN, signal.SIGQUIT):
+                    signal.SIGQUIT):
             signal.signal(sig, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGTTIN, self._on_dump)
+        signal.signal(signal.SIGUSR2, self._on_reopen)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         self._die_with_master()
         random.seed()
@@ -130,6 +115,8 @@ class Worker:
             cfg.dead_timeout_in_seconds, cfg.dead_max_jobs)
         self.title = titles.WorkerTitle(cfg.tag, self.slot)
         self.title.idle()
+        self.runner = Runner(cfg, self.keys, self.slot, self.fetcher, self.writer, self.title,
+                             self.notes, self.joblog, self._outage, lambda: self.stopping)
 
     def _die_with_master(self) -> None:
         """Ask Linux to SIGKILL this worker when the master dies. It was a TERM, on which a
@@ -145,9 +132,32 @@ class Worker:
 
     def _on_term(self, signum, frame):
         self.stopping = True
+        self._wake()
+
+    def _on_reopen(self, signum, frame):
+        self.reopen_logs = True  # done by the loop: reopening takes the handler's lock
+        self._wake()
+
+    def _wake(self) -> None:
         if self.blocking:
             self.blocking = False
             raise _Wake()
+
+    def _on_dump(self, signum, frame):
+        """TTIN (the master asks each worker in turn): this process's Python stacks, every
+        thread's, as one record in the log, labelled. Written in one write, without logging's
+        lock, which the interrupted main thread may hold."""
+        v = self.table.read(self.slot)
+        doing = (f"running {v.job_class} jid={v.jid} queue={v.queue} for "
+                 f"{time.monotonic() - v.started:.1f}s" if v.busy else "idle")
+        names = {t.ident: t.name for t in threading.enumerate()}
+        stacks = []
+        for ident, top in sys._current_frames().items():
+            here = frame if ident == threading.main_thread().ident else top
+            stacks.append(f"Thread {names.get(ident, ident)}:\n"
+                          + "".join(traceback.format_stack(here)).rstrip())
+        logsetup.write_record("INFO", log.name, f"TTIN worker {self.slot} pid={os.getpid()} "
+                              f"{doing}; stack:\n" + "\n".join(stacks))
 
     # --- the loop ----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -167,6 +177,11 @@ class Worker:
                 backoff = min(backoff * 2, BACKOFF_MAX)
             except _Wake:
                 self.fetcher.reset_connection()
+            if self.reopen_logs:
+                self.reopen_logs = False
+                logsetup.reopen()
+                self.joblog.bind()
+                log.info("log file reopened")
             if os.getppid() != self.master_pid:
                 self.stopping = True
 
@@ -177,9 +192,10 @@ class Worker:
         time.sleep(backoff * (0.5 + random.random()))
 
     def _cycle(self) -> None:
-        if self.held and time.monotonic() >= self.next_held_retry:
-            self._write_held()
+        self.runner.write_held()
         jobs = self.fetcher.reserve(self.batch)
+        if jobs:
+            log.debug("reserved %d job(s) (batch %d)", len(jobs), self.batch)
         if self.fetcher.bad_queues or self.fetcher.checked_all:
             self._check_queues()
         if not self.fetcher.registered:
@@ -193,6 +209,7 @@ class Worker:
             # and the master puts it back when we exit. On a loaded host a quiet worker
             # handled its TERM only after BLMOVE had landed a job pushed after the quiet.
             queue = self._idle_queue()
+            log.debug("idle: waiting on queue %s", queue)
             landed = self._block(queue)
             if landed is None or self.stopping:
                 return
@@ -205,7 +222,7 @@ class Worker:
         for res in jobs:
             if self.stopping:
                 break  # told to stop: start nothing new; the master puts the rest back at the head
-            self.process(res)
+            self.runner.process(res)
             done += 1
         self._adapt(len(jobs), done, time.monotonic() - started)
 
@@ -252,7 +269,7 @@ class Worker:
         and another master put back what it held. Reserving or blocking now would leave jobs
         where no master can recover them, so wait for the master to register again (its next
         heartbeat does), and say so once for the whole daemon."""
-        if self.notes.due("unregistered", BAD_QUEUE_LOG_INTERVAL):
+        if self.notes.due("unregistered", LOG_INTERVAL):
             log.warning("this master is not registered (its lease expired: frozen, or cut off "
                         "from Redis?); workers take no job until its next heartbeat "
                         "registers it again")
@@ -282,7 +299,7 @@ class Worker:
                              self.keys.queue(name))
 
     def _bad_queue(self, name: str) -> None:
-        if self.notes.due(("queue", name), BAD_QUEUE_LOG_INTERVAL):
+        if self.notes.due(("queue", name), LOG_INTERVAL):
             log.error("queue %s: key %s holds another Redis type, not a list (WRONGTYPE); "
                       "skipping this queue until the key is fixed, serving the others", name,
                       self.keys.queue(name))
@@ -292,163 +309,6 @@ class Worker:
             self.batch = min(self.batch * 2, self.config.prefetch)
         else:
             self.batch = 1
-
-    # --- one job -------------------------------------------------------------------------------
-    def process(self, res: Reservation) -> None:
-        try:
-            if len(res.payload) > self.config.max_payload_bytes:
-                raise PayloadError(f"payload is {len(res.payload):,} bytes, over the "
-                                   f"max_payload_bytes limit of {self.config.max_payload_bytes:,}")
-            msg = codec.loads(res.payload)
-            codec.validate(msg)
-        except PayloadError as e:
-            self._reject(res, e)
-            return
-        name, args, kwargs = msg["class"], msg["args"], {}
-        if activejob.is_wrapped(msg):
-            name, (args, kwargs) = activejob.job_name(msg), activejob.arguments(msg)
-        cls = registry.lookup(name)
-        self._release_finished(msg["class"])
-        timeout = self._timeout(msg, cls)
-        self.writer.begin(msg["jid"], res.queue, codec.job_class_name(msg), timeout)
-        self.title.busy(codec.job_class_name(msg))
-        start = time.monotonic()
-        job, error = None, None
-        try:
-            if cls is None:
-                raise UnknownJobClass(f"uninitialized constant {name}: no job class "
-                                      f"named {name!r} is registered in this process")
-            job = cls()
-            job.jid, job.queue, job.msg = msg["jid"], res.queue, msg
-            with job_timeout(timeout, f"{msg['class']} (jid {msg['jid']})"):
-                server_middleware.invoke(job, msg, res.queue, lambda: job.perform(*args, **kwargs))
-        except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
-            error = e
-        elapsed = time.monotonic() - start
-        self._learn(msg["class"], elapsed)
-        if error is None:
-            claimed = self._claimed(res, True)
-            if claimed is not None:
-                self.fetcher.ack(claimed)
-            self._hook(job, "after_succeeded")
-            if self.config.job_logging:
-                self.joblog.done(msg["class"], msg["jid"], elapsed)
-        else:
-            self._failed(res, msg, cls, error, elapsed)
-            self._hook(job, "after_failed", error)
-        self.writer.end(error is not None)
-
-    def _release_finished(self, job_class: str) -> None:
-        """Before a job that may run long, write the acks of the batch's finished jobs (one
-        send, no wait), so they are not held reserved (and run again if this worker dies)
-        while it runs. Before a job known to be short they ride with the batch's next
-        reserve call instead: one write less per job is most of a short job's overhead."""
-        if self._durations.get(job_class, SLOW_JOB) >= SLOW_JOB:
-            self.fetcher.send_acks()
-
-    def _learn(self, job_class: str, elapsed: float) -> None:
-        """How long jobs of a class take: jumps up at once, decays slowly."""
-        known = self._durations.get(job_class)
-        self._durations[job_class] = (elapsed if known is None or elapsed > known
-                                      else 0.9 * known + 0.1 * elapsed)
-
-    def _timeout(self, msg: dict, cls) -> float | None:
-        value = msg.get("timeout")
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return float(value)
-        if cls is not None:
-            if cls not in self._class_timeouts:  # options are fixed once the class exists
-                value = cls.get_options().get("timeout")
-                self._class_timeouts[cls] = float(value) if value else None
-            if self._class_timeouts[cls]:
-                return self._class_timeouts[cls]
-        return self.config.job_timeout
-
-    def _hook(self, job, name: str, *args) -> None:
-        if job is None:
-            return
-        try:
-            getattr(job, name)(*args)
-        except Exception:  # noqa: BLE001 - a broken hook must not fail a finished job
-            log.exception("class=%s jid=%s %s hook raised", type(job).__name__, job.jid, name)
-
-    def _failed(self, res: Reservation, msg: dict, cls, error: BaseException,
-                elapsed: float) -> None:
-        outcome = retry.decide(msg, error, res.queue, job_class=cls,
-                               max_retries=self.config.max_retries)
-        # The traceback helps with a bug in the job; for a timeout or an unknown class the
-        # one line says everything.
-        trace = None if isinstance(error, (JobTimeout, UnknownJobClass)) else error
-        log.warning("class=%s jid=%s elapsed=%.3f fail: %s: %s -> %s", msg["class"], msg["jid"],
-                    elapsed, type(error).__qualname__, error, outcome.kind, exc_info=trace)
-        events.report(error, {"job": msg, "queue": res.queue, "outcome": outcome.kind})
-        self._record(res, outcome.kind, outcome.score, outcome.payload)
-
-    def _reject(self, res: Reservation, err: PayloadError) -> None:
-        """A queue element that is not a usable job goes to dead as it came, with the reason
-        logged (Sidekiq does the same for invalid JSON): nothing is dropped."""
-        log.error("queue=%s unusable payload sent to dead: %s: %.200r", res.queue, err,
-                  res.payload)
-        self.writer.begin("", res.queue, "?", None)
-        self._record(res, "dead", time.time(), res.payload)
-        self.writer.end(True)
-
-    def _claimed(self, res: Reservation, succeeded: bool) -> Reservation | None:
-        """The reservation to ack or fail: a job started as it landed gets it only now."""
-        return res if res.member else self.fetcher.claim(res.payload, succeeded)
-
-    def _record(self, res: Reservation, kind: str, score: float, data) -> None:
-        """Write a failure; during a Redis outage keep trying (the job stays reserved until
-        this succeeds, and the master requeues it if we exit first)."""
-        claimed = self._claimed(res, False)
-        if claimed is None:
-            return  # not confirmed as ours: it is handed out again and runs again
-        res = claimed
-        backoff = BACKOFF_START
-        while True:
-            try:
-                written = self.fetcher.fail(res, kind, score, data)
-                break
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
-                if self.stopping:
-                    raise
-                self._outage(e, backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX)
-        if written == REFUSED:
-            self._hold(res, kind, score, data)
-        elif written == GONE:
-            # Its reservation was gone: another master put the job back after this master's
-            # lease expired (frozen, or cut off from Redis). Writing the failure too would keep
-            # it in two places; it runs again from its queue.
-            log.warning("a failed job's reservation was gone (recovered after a lease expiry); "
-                        "its failure is not recorded, it runs again")
-
-    def _hold(self, res: Reservation, kind: str, score: float, data) -> None:
-        """The failure's target key holds another Redis type: the job stays reserved (marked,
-        so it is not handed out again) and the write is tried again every HELD_RETRY seconds.
-        If this worker exits first, the master puts the job back in its queue."""
-        self.held.append((res, kind, score, data))
-        if not self.next_held_retry:
-            self.next_held_retry = time.monotonic() + HELD_RETRY
-        target = "retry" if kind == "retry" else "dead"
-        if self.notes.due(("key", target), BAD_QUEUE_LOG_INTERVAL):
-            log.error("key %s holds another Redis type, not a sorted set (WRONGTYPE): failed "
-                      "jobs stay reserved until it is fixed (%d held by worker %d)",
-                      getattr(self.keys, target), len(self.held), self.slot)
-
-    def _write_held(self) -> None:
-        held, self.held, self.next_held_retry = self.held, [], 0.0
-        for i, (res, kind, score, data) in enumerate(held):
-            try:
-                written = self.fetcher.fail(res, kind, score, data)
-            except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError):
-                self.held.extend(held[i:])  # the loop's outage handling takes it from here
-                self.next_held_retry = time.monotonic() + HELD_RETRY
-                raise
-            if written == REFUSED:
-                self._hold(res, kind, score, data)
-            else:
-                log.info("the failure of a held job (%s) is written now", kind)
 
 
 def _idle_preference(config) -> list[int]:

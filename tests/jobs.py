@@ -212,3 +212,16 @@ class Pickup(queued.Job):
     def perform(self):
         started = time.time()
         _r().rpush(PICKUP, f"{self.queue}:{started - self.msg['enqueued_at']!r}")
+
+
+class Chatty(queued.Job):
+    """Logs through the logging module, as job code does, then fails when asked to."""
+    queued_options = {"retry": 3}
+
+    def perform(self, fail=False):
+        import logging
+        logging.getLogger("app.chatty").warning("working on it")
+        _start(self)
+        if fail:
+            raise ValueError("chatty failed")
+        _finish(self)

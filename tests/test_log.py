@@ -1,4 +1,5 @@
-"""queued.log: the line format, and the per-job line written without logging's machinery."""
+"""queued.log: the line format, the job context, and the per-job line written without logging's
+machinery."""
 from __future__ import annotations
 
 import logging
@@ -8,7 +9,7 @@ import pytest
 
 from queued import log as logsetup
 
-LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ tid=w3 INFO: (.*)$")
+LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ tid=w3(.*)$")
 
 
 @pytest.fixture
@@ -24,64 +25,98 @@ def logfile(tmp_path):
     yield path, lambda: root.handlers.__setitem__(slice(None), [handler])
     handler.close()
     root.handlers[:], root.level = saved
+    logsetup.set_context("")
 
 
 def lines(path) -> list[str]:
-    return path.read_text().splitlines()
+    return [LINE.match(x).group(1) for x in path.read_text().splitlines()]
 
 
-def test_the_fast_job_line_is_the_line_logging_writes(logfile):
+def test_a_jobs_lines_carry_its_class_and_jid_and_every_line_its_logger(logfile):
     logfile, ours = logfile
     ours()
-    # Given the worker's job line bound to queued's own handler
+    logging.getLogger("queued.worker").info("before")
+    logsetup.set_context(logsetup.job_context("Billing::InvoiceJob", "15acda24f01de58f49b27035"))
+    logging.getLogger("app.billing").warning("charging %d", 42)
+    logsetup.set_context("")
+    logging.getLogger("queued.worker").info("after")
+    assert lines(logfile) == [
+        " INFO queued.worker: before",
+        " class=Billing::InvoiceJob jid=15acda24f01de58f49b27035 WARNING app.billing: charging 42",
+        " INFO queued.worker: after"]
+
+
+def test_the_fast_done_line_is_the_line_logging_writes(logfile):
+    # Given the worker's done line bound to queued's own handler, in a job's context
+    logfile, ours = logfile
+    ours()
     joblog = logsetup.JobLog("queued.worker")
     joblog.bind()
     assert joblog.fd is not None
-    # When a job line is written both ways, with ordinary lines around them
-    logging.getLogger("queued.worker").info("before")
-    joblog.done("Billing::InvoiceJob", "15acda24f01de58f49b27035", 0.0123456)
+    logsetup.set_context(logsetup.job_context("X", "j" * 24, 0.0123456))
+    # When it is written both ways
+    joblog.done()
     joblog.fd = None  # the logging module's way
-    joblog.done("Billing::InvoiceJob", "15acda24f01de58f49b27035", 0.0123456)
-    logging.getLogger("queued.worker").info("after")
-    # Then both lines say the same, in the same shape, in order
-    got = [LINE.match(x) for x in lines(logfile)]
-    assert all(got), lines(logfile)
-    assert [m.group(1) for m in got] == [
-        "before",
-        "class=Billing::InvoiceJob jid=15acda24f01de58f49b27035 elapsed=0.012 done",
-        "class=Billing::InvoiceJob jid=15acda24f01de58f49b27035 elapsed=0.012 done",
-        "after"]
+    joblog.done()
+    # Then both lines are the same, in Sidekiq's shape
+    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.worker: done"] * 2
 
 
-def test_another_logging_setup_gets_the_line_through_logging(logfile):
+def test_another_logging_setup_gets_the_done_line_through_logging(logfile):
+    # Given the application added a handler of its own (a log shipper, say)
     logfile, ours = logfile
     ours()
-    # Given the application added a handler of its own (a log shipper, say)
     seen = []
 
     class Collect(logging.Handler):
         def emit(self, record):
             seen.append(record.getMessage())
 
-    extra = Collect()
-    logging.getLogger().addHandler(extra)
+    logging.getLogger().addHandler(Collect())
     joblog = logsetup.JobLog("queued.worker")
     joblog.bind()
     # Then the line goes through logging, to both handlers
-    joblog.done("X", "j" * 24, 1.5)
+    logsetup.set_context(logsetup.job_context("X", "j" * 24, 1.5))
+    joblog.done()
     assert joblog.fd is None
-    assert seen == [f"class=X jid={'j' * 24} elapsed=1.500 done"]
-    assert LINE.match(lines(logfile)[0]).group(1) == seen[0]
+    assert seen == ["done"]
+    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=1.500 INFO queued.worker: done"]
 
 
-def test_no_line_when_info_is_off(logfile):
+def test_no_done_line_when_info_is_off(logfile):
     logfile, ours = logfile
     ours()
     logging.getLogger("queued.worker").setLevel(logging.WARNING)
     try:
         joblog = logsetup.JobLog("queued.worker")
         joblog.bind()
-        joblog.done("X", "j" * 24, 1.5)
-        assert lines(logfile) == []
+        joblog.done()
+        assert logfile.read_text() == ""
     finally:
         logging.getLogger("queued.worker").setLevel(logging.NOTSET)
+
+
+def test_verbose_shows_queueds_debug_lines_and_keeps_other_libraries_quiet(logfile):
+    logfile, ours = logfile
+    logsetup.setup("DEBUG", str(logfile), tag="w3")
+    ours = logging.getLogger().handlers[-1]
+    logging.getLogger().handlers[:] = [ours]
+    logging.getLogger("queued.scheduler").debug("moved 3")
+    logging.getLogger("redis.connection").debug("handshake noise")
+    logging.getLogger("redis.connection").warning("a real problem")
+    assert lines(logfile) == [" DEBUG queued.scheduler: moved 3",
+                              " WARNING redis.connection: a real problem"]
+    logging.getLogger("queued").setLevel(logging.NOTSET)
+
+
+def test_reopen_writes_to_the_new_file_after_a_rotation(logfile, tmp_path):
+    logfile, ours = logfile
+    ours()
+    logging.getLogger("queued.worker").info("one")
+    logfile.rename(tmp_path / "queued.log.1")  # what logrotate does
+    logging.getLogger("queued.worker").info("two")  # still into the moved file
+    logsetup.reopen()
+    logging.getLogger("queued.worker").info("three")
+    assert lines(tmp_path / "queued.log.1") == [" INFO queued.worker: one",
+                                                 " INFO queued.worker: two"]
+    assert lines(logfile) == [" INFO queued.worker: three"]

@@ -84,14 +84,25 @@ def test_validate_accepts_a_good_payload():
     (good(args=...), 'payload has no "args"'),
     (good(args={"a": 1}), 'payload "args" is dict, not a list'),
     (good(args="x"), 'payload "args" is str, not a list'),
-    (good(jid=...), 'payload has no "jid" string'),
-    (good(jid=""), 'payload has no "jid" string'),
-    (good(jid=12), 'payload has no "jid" string'),
+    (good(jid=""), 'payload "jid" is not a non-empty string'),
+    (good(jid=12), 'payload "jid" is not a non-empty string'),
+    (good(jid=None), 'payload "jid" is not a non-empty string'),
 ])
 def test_validate_names_the_problem(msg, message):
     with pytest.raises(PayloadError) as info:
         payload.validate(msg)
     assert str(info.value) == message
+
+
+def test_a_job_without_a_jid_is_valid_and_runs_under_one_made_from_its_bytes():
+    # (Sidekiq's server runs a hand-written job without a jid; so does queued)
+    raw = b'{"class":"X","args":[1]}'
+    payload.validate(json.loads(raw))
+    jid = payload.derived_jid(raw)
+    assert len(jid) == 24 and int(jid, 16) >= 0
+    assert payload.jid_of(raw) == jid == payload.derived_jid(raw)
+    assert payload.jid_of(b'{"class":"X","args":[1],"jid":"abc"}') == "abc"
+    assert payload.jid_of(b"[1]") is None and payload.jid_of(b"nope") is None
 
 
 # --- dumps ------------------------------------------------------------------------------------

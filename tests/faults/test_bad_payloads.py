@@ -1,6 +1,9 @@
-"""Bad input in a queue: each element gets a clear log line and lands in dead as it was (or in
-retry where Sidekiq would retry), the daemon keeps serving the jobs around it, nothing is
-lost. Big payloads run up to max_payload_bytes and are refused above it."""
+"""Bad input in a queue: each element gets a clear log line and lands in dead (or in retry
+where Sidekiq would retry), the daemon keeps serving the jobs around it, nothing is lost. An
+element that is a JSON object goes to dead with its own keys kept and the failure fields added
+(``error_class``, ``error_message``), so Sidekiq's Web UI and queued's tools show why; anything
+else goes as it was written. A job without a ``jid`` runs, as Sidekiq's server runs it. Big
+payloads run up to max_payload_bytes and are refused above it."""
 import json
 import re
 import time
@@ -13,21 +16,13 @@ from harness import wait_for, zmembers
 
 JID = "0123456789abcdef0123456{}"
 
-# element -> the reason the log line gives. Each goes to dead exactly as it was written.
-UNUSABLE = {
+# element -> the reason the log line gives. Not objects: to dead exactly as written.
+UNUSABLE_RAW = {
     b"not json": "payload is not valid JSON",
     b"": "payload is not valid JSON",
     b"[1,2,3]": "payload is JSON list, not an object",
     b"null": "payload is JSON NoneType, not an object",
     b'"text"': "payload is JSON str, not an object",
-    b'{"args":[],"jid":"' + JID.format(1).encode() + b'"}': 'payload has no "class" string',
-    b'{"class":"Tick","jid":"' + JID.format(2).encode() + b'"}': 'payload has no "args"',
-    b'{"class":"Tick","args":[]}': 'payload has no "jid" string',
-    b'{"class":"Tick","args":[],"jid":7}': 'payload has no "jid" string',
-    b'{"class":"Tick","args":"x","jid":"' + JID.format(3).encode() + b'"}':
-        'payload "args" is str, not a list',
-    b'{"class":"Tick","args":{"a":1},"jid":"' + JID.format(4).encode() + b'"}':
-        'payload "args" is dict, not a list',
     b'{"class":"Tick","args":["\xff\xfe"],"jid":"' + JID.format(5).encode() + b'"}':
         "payload is not valid UTF-8 (invalid start byte at byte 25)",
     b'\xc3\x28{"class":"Tick","args":[],"jid":"' + JID.format(6).encode() + b'"}':
@@ -37,6 +32,17 @@ UNUSABLE = {
     b'{"class":"Nope","args":[1e400],"jid":"' + JID.format(7).encode() + b'"}':
         "payload is not valid JSON: number 1e400 is out of range",
 }
+# JSON objects that are not usable jobs: to dead with their keys and the failure fields.
+UNUSABLE_OBJECTS = {
+    b'{"args":[],"jid":"' + JID.format(1).encode() + b'"}': 'payload has no "class" string',
+    b'{"class":"Tick","jid":"' + JID.format(2).encode() + b'"}': 'payload has no "args"',
+    b'{"class":"Tick","args":[],"jid":7}': 'payload "jid" is not a non-empty string',
+    b'{"class":"Tick","args":"x","jid":"' + JID.format(3).encode() + b'"}':
+        'payload "args" is str, not a list',
+    b'{"class":"Tick","args":{"a":1},"jid":"' + JID.format(4).encode() + b'"}':
+        'payload "args" is dict, not a list',
+}
+UNUSABLE = {**UNUSABLE_RAW, **UNUSABLE_OBJECTS}
 # Unregistered classes: retried as Sidekiq retries a NameError. "\ud800" (a lone surrogate
 # escape) crashed the worker when it became the process title.
 UNKNOWN = {
@@ -44,6 +50,27 @@ UNKNOWN = {
         "'Billing::NoSuchJob'",
     b'{"class":"\\ud800","args":[],"jid":"' + JID.format(9).encode() + b'"}': "'\\ud800'",
 }
+# What a hand-written producer may leave out: the jid. It runs, under a jid made from its
+# bytes, with one log line for that producer's shape.
+NO_JID = b'{"class":"Tick","args":[0]}'
+
+
+def dead_entries(r) -> dict[bytes, bytes]:
+    """dead's members by the element they came from: a JSON object's own keys (the failure
+    fields left out), anything else as it is."""
+    out = {}
+    for member, _ in zmembers(r, "dead"):
+        try:
+            entry = json.loads(member)
+        except ValueError:
+            entry = None
+        if isinstance(entry, dict) and entry.get("error_class") == "PayloadError":
+            original = {k: v for k, v in entry.items() if k not in (
+                "queue", "error_class", "error_message", "failed_at", "retry_count")}
+            out[json.dumps(original, separators=(",", ":")).encode()] = member
+        else:
+            out[member] = member
+    return out
 
 
 def test_bad_elements_go_to_dead_or_retry_with_a_log_line_among_good_jobs(
@@ -53,14 +80,20 @@ def test_bad_elements_go_to_dead_or_retry_with_a_log_line_among_good_jobs(
     workers = all_workers(d, 2)
     # When bad elements are pushed into its queue, with 50 good jobs before and after each
     good = []
-    for raw in [*UNUSABLE, *UNKNOWN]:
+    for raw in [*UNUSABLE, *UNKNOWN, NO_JID]:
         good += faultjobs.Tick.perform_bulk([[i] for i in range(50)])
         producer.push_raw("default", raw)
     good += faultjobs.Tick.perform_bulk([[i] for i in range(50)])
-    # Then each unusable element is in dead exactly as it was written, at the time it came
+    # Then each unusable element is in dead: as written, or (a JSON object) with its own
+    # keys and the reason
     wait_for(lambda: r.zcard("dead") == len(UNUSABLE) and r.zcard("retry") == len(UNKNOWN),
              15, what="dead and retry entries")
-    assert sorted(m for m, _ in zmembers(r, "dead")) == sorted(UNUSABLE)
+    dead = dead_entries(r)
+    assert sorted(dead) == sorted(UNUSABLE)
+    for raw, why in UNUSABLE_OBJECTS.items():
+        entry = json.loads(dead[raw])
+        assert (entry["error_class"], entry["error_message"], entry["queue"],
+                entry["retry_count"]) == ("PayloadError", why, "default", 0), raw
     assert all(abs(s - time.time()) < 30 for _, s in zmembers(r, "dead"))
     # And each unregistered class is in retry as UnknownJobClass, like Sidekiq's NameError
     retried = [json.loads(m) for m, _ in zmembers(r, "retry")]
@@ -75,8 +108,11 @@ def test_bad_elements_go_to_dead_or_retry_with_a_log_line_among_good_jobs(
         assert len(lines) == 1, (why, raw, lines)
     for raw, name in UNKNOWN.items():
         assert len(log_lines(out, f"no job class named {name} is registered")) == 1, name
-    # And every good job ran once; the same workers serve on; nothing else is anywhere
-    wait_for(lambda: done_count(r) == len(good), 15, what="the good jobs")
+    # And every good job ran once, and the one without a jid too, with one line about its
+    # producer; the same workers serve on; nothing else is anywhere
+    wait_for(lambda: done_count(r) == len(good) + 1, 15, what="the good jobs")
+    out = d.output()
+    assert len(log_lines(out, 'a job without a "jid" (keys: class, args)')) == 1
     tally = Tally(r, good)
     assert tally.lost == set() and tally.twice == set()
     assert held(r) == 0 and queued_jobs(r) == 0
@@ -85,9 +121,11 @@ def test_bad_elements_go_to_dead_or_retry_with_a_log_line_among_good_jobs(
     assert d.stop() == 0
     bad = len(UNUSABLE) + len(UNKNOWN)
     report(f"{bad} bad elements in a queue ({len(UNUSABLE)} unusable: not JSON, empty, not an "
-           "object, no class/args/jid, args not a list, invalid UTF-8, 1e400; 2 unregistered "
-           "classes), 50 good jobs around each", len(good) + bad,
-           f"{len(tally.run)} good; {len(UNUSABLE)} in dead, {len(UNKNOWN)} in retry",
+           "object, no class/args, a jid that is not a string, args not a list, invalid "
+           "UTF-8, 1e400; 2 unregistered classes) and a job without a jid, 50 good jobs around "
+           "each", len(good) + bad + 1,
+           f"{len(tally.run)} good and the jid-less one; {len(UNUSABLE)} in dead (the JSON "
+           f"objects with error_class and error_message), {len(UNKNOWN)} in retry",
            len(tally.lost), len(tally.twice),
            "at once: one log line each; no worker crashed")
 

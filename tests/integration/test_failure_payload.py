@@ -62,12 +62,13 @@ def test_an_unknown_class_goes_to_retry_as_unknownjobclass(daemon, producer, r):
 UNUSABLE = {
     b"not json": "not valid JSON",
     b"[1,2,3]": "not an object",
-    b'{"args":[],"jid":"aaaaaaaaaaaaaaaaaaaaaaaa"}': 'no "class"',
-    b'{"class":"Record","args":"x","jid":"bbbbbbbbbbbbbbbbbbbbbbbb"}': '"args" is str',
+    b'{"args":[],"jid":"aaaaaaaaaaaaaaaaaaaaaaaa"}': 'payload has no "class" string',
+    b'{"class":"Record","args":"x","jid":"bbbbbbbbbbbbbbbbbbbbbbbb"}':
+        'payload "args" is str, not a list',
 }
 
 
-def test_unusable_payloads_go_to_dead_verbatim_and_the_daemon_keeps_serving(
+def test_unusable_payloads_go_to_dead_with_the_reason_and_the_daemon_keeps_serving(
         daemon, producer, r):
     d = daemon()
     # When a producer writes elements that are not usable jobs, then a good one
@@ -75,10 +76,22 @@ def test_unusable_payloads_go_to_dead_verbatim_and_the_daemon_keeps_serving(
         r.sadd("queues", "default")
         r.lpush("queue:default", raw)
     good = jobs.Record.perform_async("good")
-    # Then each is in dead exactly as it was written, the good job runs, the log says why
+    # Then each is in dead: a JSON object with its own keys kept, in their order, and the
+    # failure fields Sidekiq's Web UI shows (error_class, error_message); anything else
+    # exactly as it was written. The good job runs; the log says why
     wait_for(lambda: done(r).get(good) == 1 and r.zcard("dead") == len(UNUSABLE), 5,
              what="dead entries and the good job")
-    assert {m for m, _ in zmembers(r, "dead")} == set(UNUSABLE)
+    members = {m for m, _ in zmembers(r, "dead")}
+    assert {b"not json", b"[1,2,3]"} <= members
+    objects = sorted((json.loads(m) for m in members if m.startswith(b"{")),
+                     key=lambda e: e["jid"])
+    for entry, (raw, why) in zip(objects, list(UNUSABLE.items())[2:]):
+        original = json.loads(raw)
+        assert list(entry)[:len(original)] == list(original)
+        assert {k: entry[k] for k in original} == original
+        assert (entry["queue"], entry["error_class"], entry["error_message"],
+                entry["retry_count"]) == ("default", "PayloadError", why, 0)
+        assert abs(entry["failed_at"] - time.time()) < 10
     assert all(abs(s - time.time()) < 10 for _, s in zmembers(r, "dead"))
     out = d.output()
     assert out.count("unusable payload sent to dead") == len(UNUSABLE)

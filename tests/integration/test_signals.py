@@ -173,20 +173,25 @@ def test_ttin_logs_each_worker_and_its_python_stack(daemon, producer, r):
     wait_for(lambda: jid in runs(r), what="job start")
     # When the master gets TTIN
     d.signal(signal.SIGTTIN)
-    # Then the log names each worker, what the busy one runs, and shows the job's stack
-    # (a stack is whole once its outermost frame, runpy's, is written: the third "most recent
-    # call first" only says the third stack has begun, and reading then found a torn line)
-    out = wait_for(lambda: d.output().count(" in _run_module_as_main\n") >= 3 and d.output(),
-                   what="three whole stacks")
-    assert "TTIN worker 0" in out and "TTIN worker 1" in out
-    busy = [line for line in out.splitlines() if "TTIN worker" in line and "running" in line]
-    assert len(busy) == 1 and "Gate" in busy[0] and jid in busy[0]
-    assert any("idle" in line for line in out.splitlines() if "TTIN worker" in line)
-    # Each stack comes out whole (one worker after another, not interleaved line by line)
-    stack = [line for line in out.splitlines() if line.strip().startswith('File "')]
-    assert all(re.fullmatch(r'  File "[^"]+", line \d+ in \S+', line) for line in stack), stack
-    assert any("jobs.py" in line and "in perform" in line for line in stack)
-    assert out.count("most recent call first") >= 3  # the master and both workers
+    # Then the log has three labelled stacks, each one record written whole (a worker writes
+    # its own in one write), in order: the master's, then worker 0's, then worker 1's
+    out = wait_for(lambda: d.output().count("; stack:") == 3 and d.output(), 10,
+                   what="three stacks")
+    heads = [line for line in out.splitlines() if line.endswith("; stack:")]
+    assert re.search(r" tid=master INFO queued.master: TTIN master pid=\d+ \(SIGTTIN\)$",
+                     heads[0][:-len("; stack:")])
+    assert [re.search(r"tid=(\w+) ", h).group(1) for h in heads[1:]] in (["w0", "w1"],)
+    assert [re.search(r"TTIN worker (\d)", h).group(1) for h in heads[1:]] == ["0", "1"]
+    busy = [h for h in heads if "running Gate" in h]
+    assert len(busy) == 1 and f"jid={jid}" in busy[0]
+    # (the busy worker's record carries the job's context, as every line the job logs does)
+    assert f" class=Gate jid={jid} INFO queued.worker: TTIN worker" in busy[0]
+    assert sum("idle; stack:" in h for h in heads) == 1
+    # And the busy worker's stack shows the job where it waits
+    record = out[out.index(busy[0]):].split("\n20")[0]
+    assert re.search(r'File "[^"]*jobs\.py", line \d+, in perform', record), record
+    # And the master's summary names each worker and what it runs
+    assert "TTIN worker 0 pid=" in out and "TTIN worker 1 pid=" in out
     # And the daemon carries on: the job finishes, the daemon stops cleanly
     jobs.open_gate(r, "dumped")
     wait_for(lambda: done(r).get(jid) == 1, what="job to finish")

@@ -1,0 +1,215 @@
+"""The master's worker processes: fork, reap, respawn with backoff, and the kills.
+
+Owns the record of each live worker (pid -> slot) and which slots are free; classifies how a
+worker ended (a plain exit between jobs, a crash, a kill the master decided) and which job it
+was running; kills the workers whose job ran past its timeout + grace (after asking them for
+their stack), the idle ones gone silent, and everyone left at the shutdown deadline.
+
+Does not own what happens to the jobs of an exited worker (master.py hands that to
+recovery.py), nor signals or timers (master.py).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from typing import Callable, NamedTuple
+
+from . import recovery
+from .errors import WORKER_BOOT_ERROR
+from .slots import SlotTable, Watch
+from .worker import Worker
+
+log = logging.getLogger("queued.master")
+
+#: A worker that dies sooner than this after its fork counts as a boot failure (backoff).
+BOOT_GRACE = 2.0
+#: Respawn backoff after repeated boot failures: first delay, cap (seconds).
+SPAWN_BACKOFF, SPAWN_BACKOFF_MAX = 0.1, 30.0
+#: Seconds a worker past its timeout gets to log its stack (TTIN) before the master kills it.
+STACK_WAIT = 0.3
+#: An idle worker that has not ticked for this long beyond its blocking fetch (fetch_timeout)
+#: is stuck and is killed (seconds).
+SILENT_LIMIT = 60.0
+
+#: What the master says about a worker it killed itself (not "killed by SIGKILL (out of
+#: memory?)": the master knows why).
+KILLED_BY_MASTER = {
+    "shutdown": "killed by the master at the shutdown deadline",
+    "timeout": "killed by the master: its job ran past its timeout + grace",
+    "silent": "killed by the master: silent (stuck)",
+}
+
+
+class WorkerRecord:
+    def __init__(self, slot: int, pid: int, processed: int = 0):
+        self.slot = slot
+        self.pid = pid
+        self.spawned = time.monotonic()
+        self.processed_at_spawn = processed  # the slot's job count when this worker began
+        self.kill_reason: str | None = None   # "timeout", "shutdown", "silent"
+        self.kill_at: float | None = None     # when the SIGKILL goes (after its stack dump)
+        self.timeout_info: tuple[float, str] | None = None
+
+
+class Exit(NamedTuple):
+    slot: int
+    code: int        # os.waitstatus_to_exitcode
+    reason: str      # "exit", "crash", or the master's kill reason
+    running: str     # jid of the job it ran ("" between jobs), as the slot table stores it
+    seconds: float   # the job's timeout, for a timeout kill
+
+    def describe(self) -> str:
+        return KILLED_BY_MASTER.get(self.reason) or recovery.describe_status(self.code)
+
+
+class Children:
+    def __init__(self, config, table: SlotTable, watch: Watch,
+                 make_worker: Callable[[int], Worker], in_child: Callable[[], None],
+                 block_signals: tuple):
+        self.config = config
+        self.table = table
+        self.watch = watch
+        self.make_worker = make_worker  # slot -> Worker, built before each fork
+        self.in_child = in_child        # closes the master's plumbing in a forked child
+        self.block_signals = block_signals
+        self.workers: dict[int, WorkerRecord] = {}       # pid -> record
+        self.free: set[int] = set(range(config.concurrency))
+        self.boot_failures = [0] * config.concurrency
+        self.next_spawn = [0.0] * config.concurrency
+        # An idle worker ticks its record before each blocking fetch, which lasts up to
+        # fetch_timeout: only silence beyond that is a stuck worker (a fixed 60 s limit killed
+        # the idle workers of a daemon with fetch_timeout above 60 s every minute).
+        self.silent_limit = SILENT_LIMIT + config.fetch_timeout
+
+    # --- fork --------------------------------------------------------------------------------
+    def spawn(self, busy_slots) -> None:
+        """Fork a worker for every free slot that may have one now (not in backoff, and not
+        holding jobs that were not put back yet: ``busy_slots``)."""
+        now = time.monotonic()
+        for slot in sorted(self.free):
+            if slot not in busy_slots and now >= self.next_spawn[slot]:
+                self.fork(slot)
+
+    def fork(self, slot: int) -> None:
+        worker = self.make_worker(slot)
+        # The record is made ready before the fork and left to the child after it: a reset
+        # here after fork() overwrote the record of a child that had already begun a job,
+        # hiding it from the timeout kill, the heartbeat and the crash count.
+        self.table.reset(slot)
+        processed = self.table.read(slot, writer_alive=False).processed
+        self.watch.clear(slot)  # its previous worker may have died while blocked
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, self.block_signals)
+        try:
+            pid = os.fork()
+            if pid == 0:  # the child: forget the master's plumbing, then run
+                self.in_child()
+                worker.run()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        self.workers[pid] = WorkerRecord(slot, pid, processed)
+        self.free.discard(slot)
+
+    # --- reap --------------------------------------------------------------------------------
+    def reap(self, other: Callable[[int, int], None]) -> list[Exit]:
+        """Every child that exited: workers come back as Exits (their slots free again),
+        any other child goes to ``other(pid, status)``."""
+        exits = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return exits
+            if pid == 0:
+                return exits
+            rec = self.workers.pop(pid, None)
+            if rec is None:
+                other(pid, status)
+                continue
+            self.free.add(rec.slot)
+            exits.append(self.exited(rec, status))
+
+    def exited(self, rec: WorkerRecord, status: int) -> Exit:
+        code = os.waitstatus_to_exitcode(status)
+        lived = time.monotonic() - rec.spawned
+        # A worker that died in a job (busy, or after finishing some) did boot: its crash is
+        # the job's (counted and bounded by max_crashes), not a reason to back off. Backing
+        # off here let a few poison pills stall a slot for up to SPAWN_BACKOFF_MAX.
+        v = self.table.read(rec.slot, writer_alive=False)
+        ran_jobs = v.busy or v.processed > rec.processed_at_spawn
+        if code == WORKER_BOOT_ERROR or (code != 0 and lived < BOOT_GRACE and not rec.kill_reason
+                                         and not ran_jobs):
+            self._back_off(rec, lived, code)
+        else:
+            self.boot_failures[rec.slot] = 0
+        # A worker exits 0 only between jobs (after TERM, or its parent gone). One that exits
+        # while its slot says busy left in the middle of a job (os._exit(0) in job code, a
+        # SystemExit escaping): a crash, whatever the status, so it counts toward the poison
+        # pill limit (an exit 0 used to requeue the job for ever: 465 runs in 4 s).
+        reason = rec.kill_reason or ("crash" if code != 0 or v.busy else "exit")
+        # The job it ran is the one the slot table names (or the one the master killed for
+        # its timeout), not simply the earliest reservation: a batch's finished jobs stay
+        # reserved until their ack goes out. A worker that died between jobs ran none.
+        seconds, running = rec.timeout_info or (0.0, v.jid if v.busy else "")
+        return Exit(rec.slot, code, reason, running, seconds)
+
+    def _back_off(self, rec: WorkerRecord, lived: float, code: int) -> None:
+        self.boot_failures[rec.slot] += 1
+        delay = min(SPAWN_BACKOFF * 2 ** self.boot_failures[rec.slot], SPAWN_BACKOFF_MAX)
+        self.next_spawn[rec.slot] = time.monotonic() + delay
+        log.error("worker %d (pid %d) died %.2fs after boot (%s); respawning in %.1fs",
+                  rec.slot, rec.pid, lived, recovery.describe_status(code), delay)
+
+    # --- kill --------------------------------------------------------------------------------
+    def signal_all(self, sig: int) -> None:
+        for pid in list(self.workers):
+            self.kill(pid, sig)
+
+    @staticmethod
+    def kill(pid: int, sig: int) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def murder(self, hard_stop: bool) -> None:
+        """Kill workers past timeout + grace (the job ignored SIGALRM; first asked for their
+        stack, then killed STACK_WAIT later), stuck idle workers, and, at the shutdown
+        deadline, everyone left."""
+        now = time.monotonic()  # not the wall clock: an NTP step must not kill a job early
+        for rec in list(self.workers.values()):
+            if rec.kill_at is not None:
+                if hard_stop or now >= rec.kill_at:
+                    rec.kill_at = None
+                    self.kill(rec.pid, signal.SIGKILL)
+                continue
+            if rec.kill_reason:
+                continue
+            v = self.table.read(rec.slot)
+            if hard_stop:
+                rec.kill_reason = "shutdown"
+            elif v.busy and v.timeout and now - v.started > v.timeout + self.config.timeout_grace:
+                self._past_timeout(rec, v, now)
+                continue
+            elif not v.busy and now - v.tick > self.silent_limit and \
+                    now - rec.spawned > self.silent_limit:
+                rec.kill_reason = "silent"
+                log.error("worker %d pid=%d silent for %.0fs; killing it", rec.slot, rec.pid,
+                          now - v.tick)
+            else:
+                continue
+            self.kill(rec.pid, signal.SIGKILL)
+
+    def _past_timeout(self, rec: WorkerRecord, v, now: float) -> None:
+        rec.kill_reason, rec.timeout_info = "timeout", (v.timeout, v.jid)
+        rec.kill_at = now + STACK_WAIT
+        log.error("worker %d pid=%d: %s jid=%s ran %.1fs, past its %gs timeout + %gs grace; "
+                  "asking it for its stack, then killing it", rec.slot, rec.pid, v.job_class,
+                  v.jid, now - v.started, v.timeout, self.config.timeout_grace)
+        self.kill(rec.pid, signal.SIGTTIN)
+
+    def next_kill_in(self, now: float) -> float | None:
+        """Seconds until a pending SIGKILL (after a stack dump) is due, if any."""
+        times = [rec.kill_at for rec in self.workers.values() if rec.kill_at is not None]
+        return max(0.0, min(times) - now) if times else None
