@@ -111,6 +111,7 @@ class Fetcher:
         self.reserved_key = keys.reserved(identity, slot)
         self.queue_keys = [keys.queue(q) for q in self.queues]
         self.landings = {q: keys.landing(identity, slot, q) for q in self.queues}
+        self.idle_key = keys.idle(identity, slot)
         # Idle workers spread over the queues, so with as many workers as queues a new job on
         # any queue wakes someone at once; the others are found by the next reserve.
         self.block_queue = self.queues[slot % len(self.queues)]
@@ -135,6 +136,8 @@ class Fetcher:
         #: False when the last reserve found the master's registration gone (reserve.lua):
         #: it took nothing, and the worker must not block either until it is back.
         self.registered = True
+        #: Queues the last reserve found paused (passed over; an idle worker waits elsewhere).
+        self.paused: list[str] = []
         self._sent: _Sent | None = None  # a reserve call sent whose reply is still unread
         self._taken: list[Reservation] = []  # read from that reply, not claimed yet
         self._finished: list[bytes] = []  # payloads run whose reservation reply was lost
@@ -299,7 +302,7 @@ class Fetcher:
     def _send_reserve(self, n: int, landing_queue: str | None) -> "_Sent":
         landing_queue = landing_queue or self._landing_queue
         keys = [self.reserved_key, self.landings[landing_queue], self.keys.masters,
-                *self.queue_keys]
+                self.keys.paused, *self.queue_keys]
         if self._unread:
             # First, so an ack sent ahead that Redis refused rides in this call: the script
             # would otherwise take its job for a lost one and hand it over again.
@@ -332,7 +335,8 @@ class Fetcher:
         self._acked(len(sent.acks), reply[0])
         self.bad_queues = [q.decode("utf-8", "replace") for q in reply[1]]
         self.registered = bool(reply[4])
-        members = reply[5:]
+        self.paused = [q.decode("utf-8", "replace") for q in reply[5]]
+        members = reply[6:]
         self.checked_all = self.registered and len(members) < sent.n
         if reply[2]:
             log.warning("%d job(s) reserved by a call whose reply was lost (the connection "
@@ -372,6 +376,12 @@ class Fetcher:
         q = self._landing_queue = queue or self.block_queue
         return self._call("BLMOVE", self.keys.queue(q), self.landings[q], "RIGHT", "LEFT",
                           self.block_seconds, after_send=after_send)
+
+    def wait(self, after_send=None) -> None:
+        """Wait without taking anything (every queue of this worker is paused), as long as a
+        block would, on a list nobody pushes to: the master wakes us (CLIENT UNBLOCK) when
+        the pauses change."""
+        self._call("BLPOP", self.idle_key, self.block_seconds, after_send=after_send)
 
     def ack(self, res: Reservation) -> None:
         """Mark a job finished; its ZREM goes out with the next call on this connection."""

@@ -52,6 +52,10 @@ class Keys:
         return time.strftime("%Y-%m-%d", time.gmtime(now if now is not None else time.time()))
 
     @property
+    def paused(self) -> str:  # set of paused queue names (Sidekiq Pro's); admin API writes
+        return self.ns + "paused"
+
+    @property
     def processes(self) -> str:  # set of identities; heartbeat.py
         return self.ns + "processes"
 
@@ -74,6 +78,11 @@ class Keys:
         """list a blocked worker BLMOVEs one job into, one per (slot, queue) so recovery
         knows which queue a landed job came from without parsing it."""
         return f"{self.ns}queued:landing:{identity}:{slot}:{queue}"
+
+    def idle(self, identity: str, slot: int) -> str:
+        """list nobody writes: a worker whose queues are all paused blocks on it (BLPOP) until
+        its master wakes it (fetch.Fetcher.wait)."""
+        return f"{self.ns}queued:idle:{identity}:{slot}"
 
     @property
     def masters(self) -> str:  # hash identity -> JSON {slots, queues}; recovery.py

@@ -202,6 +202,9 @@ class Watch:
     marks itself blocked, so a reader that sees a queue sees the right id."""
 
     _SLOT = struct.Struct("<H6xQ")
+    #: The queue index stored for a worker that waits on no queue (every one of its queues is
+    #: paused): the waker may wake it for anything.
+    NO_QUEUE = 0xFFFE
 
     def __init__(self, slots: int):
         self.slots = slots

@@ -53,6 +53,9 @@ class Waker:
         self.keys = keys
         self.queues = tuple(queues)
         self.index = {keys.queue(q): i for i, q in enumerate(self.queues)}
+        self.paused_key = keys.paused
+        self.paused: set[int] = set()  # indexes of our queues paused now (cached)
+        self.pauses_changed = True     # read the paused set at the next step
         self.watch = watch
         #: A queue stays pending this long at most: by then an idle worker's block timed out
         #: and its reserve looked at every queue anyway (fetch_timeout).
@@ -96,7 +99,7 @@ class Waker:
             sub.read_response()
             tracker.connect()
             tracker.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", sub_id, "BCAST",
-                                 "PREFIX", self.keys.queue(""))
+                                 "PREFIX", self.keys.queue(""), "PREFIX", self.paused_key)
             tracker.read_response()
         except redis.ResponseError as e:
             sub.disconnect()
@@ -146,6 +149,11 @@ class Waker:
         self._setup(now)
         idle_news = self._drain_idle()
         news = self._read_messages(now)
+        if self.pauses_changed:
+            try:
+                self._pauses(wake)
+            except (redis.RedisError, OSError):
+                pass  # read again at the next step
         if not wake:
             self.pending.clear()
         elif self.pending and (news or idle_news or
@@ -184,14 +192,34 @@ class Waker:
         keys = msg[2]
         if keys is None:  # FLUSHALL / FLUSHDB, or tracking reset: anything may have changed
             self._all_pending(now)
+            self.pauses_changed = True
             return True
         got = False
         for key in keys:
-            i = self.index.get(key.decode("utf-8", "replace"))
+            name = key.decode("utf-8", "replace")
+            if name == self.paused_key:
+                self.pauses_changed = True
+                continue
+            i = self.index.get(name)
             if i is not None:
                 self.pending.setdefault(i, now + self.horizon)
                 got = True
         return got
+
+    def _pauses(self, wake: bool) -> None:
+        """The paused set changed: read it, and wake every blocked worker, so one waiting on a
+        queue paused now leaves it and one waiting on none (all its queues were paused) looks
+        again: a pause or unpause takes effect within one fetch round."""
+        names = {n.decode("utf-8", "replace") for n in self.r.smembers(self.paused_key)}
+        self.pauses_changed = False
+        paused = {i for i, q in enumerate(self.queues) if q in names}
+        if paused != self.paused:
+            log.info("paused queues now: %s", ", ".join(self.queues[i] for i in sorted(paused))
+                     or "none")
+            if wake:
+                for slot, (_, client_id) in self.watch.blocked().items():
+                    self.r.client_unblock(client_id)
+        self.paused = paused
 
     def _all_pending(self, now: float) -> None:
         for i in range(len(self.queues)):
@@ -205,8 +233,8 @@ class Waker:
         if not blocked or not self.pending:
             return  # every worker is busy: each one looks at every queue before it idles
         watched = {q for q, _ in blocked.values()}
-        for i in [i for i in self.pending if i in watched]:
-            del self.pending[i]  # its worker's BLMOVE takes the job
+        for i in [i for i in self.pending if i in watched or i in self.paused]:
+            del self.pending[i]  # its worker's BLMOVE takes the job, or nobody may
         candidates = sorted(self.pending)
         if not candidates:
             return
@@ -223,6 +251,7 @@ class Waker:
             if self.r.client_unblock(client_id):
                 del self.pending[i]
                 log.debug("a job on queue %s: woke worker %d (waiting on %s)", self.queues[i],
-                          slot, self.queues[watched_queue])
+                          slot, self.queues[watched_queue] if watched_queue < len(self.queues)
+                          else "no queue")
             else:
                 self.retry_at = now + RETRY_WAKE  # not blocked yet: again in a moment

@@ -209,7 +209,7 @@ class Worker:
             # and the master puts it back when we exit. On a loaded host a quiet worker
             # handled its TERM only after BLMOVE had landed a job pushed after the quiet.
             queue = self._idle_queue()
-            log.debug("idle: waiting on queue %s", queue)
+            log.debug("idle: waiting on %s", f"queue {queue}" if queue else "no queue (paused)")
             landed = self._block(queue)
             if landed is None or self.stopping:
                 return
@@ -232,21 +232,31 @@ class Worker:
         of them; sharing the queues out keeps a push to any queue waking a worker at once
         while there are as many idle workers as queues. (For a job on a queue nobody waits on,
         the master wakes one of us: waker.py.)"""
+        paused = self.fetcher.paused
+        open_ = [i for i in self._preference if self.fetcher.queues[i] not in paused]
+        if not open_:
+            return None  # every queue paused: wait on none (Fetcher.wait)
         taken = self.watch.others(self.slot)
-        for i in self._preference:
+        for i in open_:
             if i not in taken:
                 return self.fetcher.queues[i]
-        return self.fetcher.block_queue
+        return self.fetcher.block_queue if self.fetcher.block_queue not in paused else \
+            self.fetcher.queues[open_[0]]
 
-    def _block(self, queue: str) -> bytes | None:
-        """Wait for a job on ``queue``; the payload that landed, or None (timed out, or woken
-        by the master for a job on another queue: the next reserve looks at every queue)."""
+    def _block(self, queue: str | None) -> bytes | None:
+        """Wait for a job on ``queue`` (None: on none, every queue is paused); the payload
+        that landed, or None (timed out, or woken by the master for a job on another queue or
+        a change of pauses: the next reserve looks at every queue)."""
         self.blocking = True
         try:
             if self.stopping:
                 return None
             # The client id first, then the queue: the master wakes us by that id (slots.Watch)
             self.watch.set_client(self.slot, self.fetcher.connect())
+            if queue is None:
+                self.watch.set(self.slot, Watch.NO_QUEUE)
+                self.fetcher.wait(after_send=self._announce_idle)
+                return None
             self.watch.set(self.slot, self.fetcher.queues.index(queue))
             return self.fetcher.block(queue, after_send=self._announce_idle)
         except redis.ResponseError as e:

@@ -15,7 +15,7 @@ def make_worker(slot, watch, queues, concurrency=3):
     cfg = cfgmod.from_dict({"concurrency": concurrency, "queues": queues})
     w = Worker(cfg, Keys(), "host:1:abc", slot, SlotTable(concurrency), os.getpid(), watch=watch)
     names = cfg.queue_names
-    w.fetcher = SimpleNamespace(queues=names, block_queue=names[slot % len(names)])
+    w.fetcher = SimpleNamespace(queues=names, block_queue=names[slot % len(names)], paused=[])
     return w
 
 
@@ -52,3 +52,16 @@ def test_with_every_queue_covered_a_worker_waits_on_its_own_slots_queue():
     watch.set(0, 0)
     watch.set(1, 1)
     assert w._idle_queue() == "b"  # slot 3 % 2 queues
+
+
+def test_an_idle_worker_waits_on_no_paused_queue_and_on_none_when_all_are():
+    watch = Watch(2)
+    w = make_worker(0, watch, ["critical", "default", "low"], concurrency=2)
+    w.fetcher.paused = ["critical"]
+    assert w._idle_queue() == "default"
+    watch.set(1, 1)  # the other idle worker waits on default
+    assert w._idle_queue() == "low"
+    w.fetcher.paused = ["critical", "low"]
+    assert w._idle_queue() == "default"  # (shared with the other one rather than a paused one)
+    w.fetcher.paused = ["critical", "default", "low"]
+    assert w._idle_queue() is None

@@ -6,19 +6,21 @@
 -- KEYS[1]          reserved zset of the slot (member: queue NUL token NUL payload)
 -- KEYS[2]          landing list of the slot for the queue named in ARGV[3] (may be empty)
 -- KEYS[3]          queued:masters hash (the registrations)
--- KEYS[4..3+Q]     queue lists, in the same order as the names in ARGV
+-- KEYS[4]          paused set (queue names nobody takes from: Sidekiq Pro's key)
+-- KEYS[5..4+Q]     queue lists, in the same order as the names in ARGV
 -- ARGV[1]          N, the most jobs to reserve
 -- ARGV[2]          Q, the number of queues
 -- ARGV[3]          name of the queue KEYS[2] belongs to
 -- ARGV[4]          the identity of the worker's master
 -- ARGV[5]          A, the number of acks that follow
 -- ARGV[6..5+A]     reserved members the worker finished (ZREM)
--- ARGV[6+A..5+A+Q] queue names for KEYS[4..]
+-- ARGV[6+A..5+A+Q] queue names for KEYS[5..]
 -- then             N fetch orders of Q 1-based queue indexes each: job i tries its own order,
 --                  so weighted random order is drawn per job exactly as Sidekiq draws per fetch
 -- Returns {acks that found their reservation, {names of queues whose key is not a list},
 -- number of adopted members, number taken from the landing list, 1 if the master is
--- registered (else 0, and nothing taken), member...}, members earliest
+-- registered (else 0, and nothing taken), {names of the queues paused now}, member...},
+-- members earliest
 -- first (adopted ones first, then the landed ones, then the queues'). Scores
 -- grow by 1 us per job so ZRANGE 0 0 is the job the worker runs first.
 --
@@ -63,7 +65,8 @@ end
 local registered = redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1  -- (read before any write)
 local acked = variadic('ZREM', KEYS[1], ARGV, 6, names)
 local bad = {}
-local out = {acked, bad, 0, 0, 1}
+local paused = {}
+local out = {acked, bad, 0, 0, 1, paused}
 local head = #out
 
 -- A master whose registration is gone was reaped: its lease expired (it was frozen, or cut
@@ -73,7 +76,7 @@ local head = #out
 -- holds beyond the acks (a lost reply's jobs, a landed job) at the head of its queue.
 if not registered then
   local qkey = {}
-  for j = 1, q do qkey[ARGV[names + j]] = KEYS[3 + j] end
+  for j = 1, q do qkey[ARGV[names + j]] = KEYS[4 + j] end
   local function back(queue, payload)
     local key = qkey[queue]
     local kind = key and redis.call('TYPE', key)['ok']
@@ -118,10 +121,20 @@ while landed do
   landed = redis.call('RPOP', KEYS[2])
 end
 out[4] = #out - head - out[3]
+-- A paused queue is passed over (its jobs stay put; a job that landed before the pause is
+-- run). One EXISTS when nothing is paused.
 local broken = {}
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  for j = 1, q do
+    if redis.call('SISMEMBER', KEYS[4], ARGV[names + j]) == 1 then
+      broken[j] = true
+      paused[#paused + 1] = ARGV[names + j]
+    end
+  end
+end
 local function pop(idx, count)
   if broken[idx] then return nil end
-  local got = redis.pcall('RPOP', KEYS[3 + idx], count)
+  local got = redis.pcall('RPOP', KEYS[4 + idx], count)
   if type(got) == 'table' and got.err then
     broken[idx] = true
     bad[#bad + 1] = ARGV[names + idx]
