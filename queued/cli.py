@@ -10,22 +10,29 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 
 from . import __version__, config as config_mod
 from . import client, log as logsetup
 from .errors import APP_LOAD_ERROR, EXIT_CONFIG_ERROR, AppLoadError, ConfigError, QueuedError
+from .job import JobNameClash, registry
 
 log = logging.getLogger("queued")
 
 
 def load_app(requires, base_dir: str) -> None:
     """Import each ``-r`` target once, in the master, before any fork (so workers share the
-    code copy-on-write). A file path, a package directory or a dotted module name."""
+    code copy-on-write). A file path, a package directory or a dotted module name; paths are
+    relative to ``base_dir`` (the daemon passes the working directory, as Sidekiq resolves
+    them), which also goes first on sys.path, as ``python -m`` puts it there. Two classes
+    under one job name are an error: which one would run depended on the import order."""
     if base_dir not in sys.path:
         sys.path.insert(0, base_dir)
     for target in requires:
         try:
-            _import(target, base_dir)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", JobNameClash)
+                _import(target, base_dir)
         except BaseException as e:  # noqa: BLE001 - any error in job code is a load error
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -49,7 +56,7 @@ def _where(exc: BaseException, base_dir: str) -> str:
 
 
 def _import(target: str, base_dir: str) -> None:
-    path = target if os.path.isabs(target) else os.path.join(base_dir, target)
+    path = os.path.normpath(target if os.path.isabs(target) else os.path.join(base_dir, target))
     if os.path.isdir(path):
         if not os.path.exists(os.path.join(path, "__init__.py")):
             raise AppLoadError(f"{target} is a directory without __init__.py")
@@ -96,7 +103,6 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
     except ConfigError as e:
         return _fail(str(e), EXIT_CONFIG_ERROR)
     logsetup.setup(cfg.log_level, cfg.logfile)
-    base_dir = os.path.dirname(os.path.abspath(cfg.config_file)) if cfg.config_file else os.getcwd()
     embedded = None
     try:
         if cfg.embedded_redis:
@@ -106,7 +112,11 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
             log.info("embedded Redis pid=%d at %s", embedded.pid, embedded.url)
         # Producers inside jobs (and the job code's own get_redis()) use the daemon's Redis.
         client.configure(url=cfg.redis_url, namespace=cfg.namespace)
-        load_app(cfg.require, base_dir)
+        # Paths resolve against the working directory, as Sidekiq's do: with a systemd unit's
+        # WorkingDirectory=/opt/myapp, `:require: ./app/jobs.py` is /opt/myapp/app/jobs.py
+        # wherever the config file lives.
+        load_app(cfg.require, os.getcwd())
+        _check_jobs(cfg)
         return _run(cfg, early, embedded)
     except AppLoadError as e:
         return _fail(str(e), APP_LOAD_ERROR)
@@ -117,11 +127,25 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
             embedded.stop()
 
 
+def _check_jobs(cfg) -> None:
+    """A daemon with no job class would fetch every job and send it to retry as an unknown
+    class: refuse, unless the config says this process serves no jobs on purpose."""
+    if registry.names() or cfg.serve_no_jobs:
+        return
+    loaded = (f"the job code ({', '.join(cfg.require)}) registers none" if cfg.require
+              else "no job code is given")
+    raise AppLoadError(f"no job classes: {loaded}. Pass the job code with -r or :require:, or "
+                       "set serve_no_jobs: true for a process that only schedules and recovers")
+
+
 def _run(cfg, early_signals: list[int], embedded=None) -> int:
-    from .job import registry
     from .master import Master
-    if not registry.names():
-        log.warning("no job classes are registered; pass the job code with -r or :require:")
+    # After the job code loaded: a boot that fails there says so in one line, nothing else.
+    log.info("%s", config_mod.startup_line(cfg))
+    if cfg.serve_no_jobs:
+        log.info("serve_no_jobs: no workers; this process schedules and recovers only%s",
+                 f" (job classes loaded, not served: {', '.join(registry.names())})"
+                 if registry.names() else "")
     else:
         log.info("jobs: %s", ", ".join(sorted(registry.names())))
     if cfg.pidfile:

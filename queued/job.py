@@ -39,6 +39,11 @@ DEFAULT_OPTIONS = {"retry": True, "queue": "default"}
 _ABSOLUTE_EPOCH = 1_000_000_000
 
 
+class JobNameClash(UserWarning):
+    """Two classes registered under one job name. A warning in a plain Python process; the
+    daemon makes it an error while it loads the job code (cli.load_app)."""
+
+
 class Registry:
     """Job classes by name. Thread-safe; lookups are a dict read."""
 
@@ -55,8 +60,9 @@ class Registry:
             self._classes[name] = cls
         if old is not None and old is not cls and (
                 (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__)):
-            warnings.warn(
-                f"job name {name!r}: {_where(cls)} replaces {_where(old)}", stacklevel=3)
+            warnings.warn(f"job name {name!r} is taken by two classes: {_where(old)} and "
+                          f"{_where(cls)} (the second replaces the first)", JobNameClash,
+                          stacklevel=3)
 
     def unregister(self, name: str) -> type | None:
         with self._lock:

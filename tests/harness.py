@@ -122,27 +122,60 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+# What pip writes for the console script `queued` (setup.cfg entry point): run as a file, so
+# sys.path[0] is its own folder, not the working directory, as for an installed `queued`.
+CONSOLE_SCRIPT = """import sys
+from queued.cli import main
+sys.exit(main())
+"""
+
+
 class Daemon:
-    def __init__(self, redis_url: str, tmp_path, require=("jobs.py",), env=None, **settings):
+    """One ``queued`` process. By default it reads a config file written here from
+    ``settings`` (``-C``); ``args`` replaces that command line (no file is written). It runs
+    in ``cwd`` (default: tmp_path, so relative paths never land in the repository), with
+    ``REDIS_URL`` taken out of the inherited environment unless ``env`` gives it. With
+    ``console`` it runs as the installed ``queued`` script does rather than ``python -m``."""
+
+    def __init__(self, redis_url: str, tmp_path, require=("jobs.py",), env=None, *, args=None,
+                 cwd=None, console=False, **settings):
         self.redis_url = redis_url
         self.env = dict(env or {})
         self.dir = str(tmp_path)
-        data = {"redis_url": redis_url, "concurrency": 2, "heartbeat_interval": 0.5,
-                "require": [os.path.join(HERE, r) for r in require], **settings}
-        self.config = os.path.join(self.dir, f"queued-{time.time_ns()}.yml")
-        with open(self.config, "w") as f:
-            yaml.safe_dump(data, f)
-        self.logpath = self.config + ".log"
+        self.cwd = str(cwd or tmp_path)
+        stem = os.path.join(self.dir, f"queued-{time.time_ns()}")
+        self.config = None
+        if args is None:
+            data = {"redis_url": redis_url, "concurrency": 2, "heartbeat_interval": 0.5,
+                    "require": [os.path.join(HERE, r) for r in require], **settings}
+            self.config = stem + ".yml"
+            with open(self.config, "w") as f:
+                yaml.safe_dump(data, f)
+            args = ("-C", self.config)
+        self.args = tuple(args)
+        self.program = [sys.executable, "-m", "queued"]
+        if console:
+            self.program = [sys.executable, stem + "-console.py"]
+            with open(self.program[1], "w") as f:
+                f.write(CONSOLE_SCRIPT)
+        self.logpath = stem + ".yml.log"
         self.proc: subprocess.Popen | None = None
         self.r = redis.Redis.from_url(redis_url)
 
+    def environ(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+        # No empty entry (a trailing ":"): Python reads one as the working directory, which
+        # would hide whether queued itself puts it on sys.path.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (ROOT, *os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p)
+        env.update(self.env)
+        return env
+
     def start(self, *extra: str, wait=True) -> Daemon:
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                   **self.env)
         self.log = open(self.logpath, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "queued", "-C", self.config, *extra],
-                                     stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen([*self.program, *self.args, *extra],
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.environ(), cwd=self.cwd, start_new_session=True)
         if wait:
             wait_for(lambda: len(self.worker_pids()) >= 1 and self.identity(), 15,
                      what="daemon boot")

@@ -19,7 +19,7 @@ import termios
 
 import psutil
 
-from harness import ROOT, Daemon, wait_for
+from harness import Daemon, wait_for
 
 CTRL_C, CTRL_Z = b"\x03", b"\x1a"
 
@@ -51,14 +51,12 @@ def _take_terminal() -> None:
 class TerminalDaemon(Daemon):
     def start(self, *extra: str, wait=True) -> "TerminalDaemon":
         self.pty_master, slave = pty.openpty()
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                   **self.env)
         self.log = open(self.logpath, "ab")
-        argv = [sys.executable, "-c", SHELL, sys.executable, "-m", "queued", "-C", self.config,
-                *extra]
+        argv = [sys.executable, "-c", SHELL, *self.program, *self.args, *extra]
         try:
             self.proc = subprocess.Popen(argv, stdin=slave, stdout=self.log,
-                                         stderr=subprocess.STDOUT, env=env,
+                                         stderr=subprocess.STDOUT, env=self.environ(),
+                                         cwd=self.cwd,
                                          start_new_session=True, preexec_fn=_take_terminal)
         finally:
             os.close(slave)

@@ -15,15 +15,18 @@ import pytest
 from queued import __version__
 from queued.cli import load_app, main
 from queued.errors import EXIT_CONFIG_ERROR, AppLoadError
+from queued.job import registry
 
 
 @pytest.fixture(autouse=True)
 def isolated_imports():
-    path, modules = list(sys.path), set(sys.modules)
+    path, modules, jobs = list(sys.path), set(sys.modules), set(registry.names())
     yield
     sys.path[:] = path
     for name in set(sys.modules) - modules:
         del sys.modules[name]
+    for name in set(registry.names()) - jobs:
+        registry.unregister(name)
 
 
 def unique(prefix="qapp"):
@@ -178,6 +181,27 @@ def test_a_multi_line_error_message_still_gives_one_line(tmp_path):
     message = str(info.value)
     assert "\n" not in message, repr(message)
     assert "DB_URL missing" in message
+
+
+def test_two_classes_under_one_job_name_are_a_load_error_naming_both(tmp_path):
+    # Which class ran a "Dup" job depended on the import order; a UserWarning scrolled past
+    first, second, name = unique("first"), unique("second"), unique("Dup")
+    for module in (first, second):
+        write(tmp_path / f"{module}.py", f"""\
+            import queued
+
+
+            class {module.title()}(queued.Job):
+                queued_options = {{"name": "{name}"}}
+            """)
+    with pytest.raises(AppLoadError) as info:
+        load_app([f"{first}.py", f"{second}.py"], str(tmp_path))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message == (f"cannot load job code '{second}.py': JobNameClash: job name '{name}' is "
+                       f"taken by two classes: {first}.{first.title()} and "
+                       f"{second}.{second.title()} (the second replaces the first) "
+                       f"({tmp_path}/{second}.py:4)")
 
 
 def test_system_exit_at_import_is_a_load_error(tmp_path):

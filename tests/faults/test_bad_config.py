@@ -53,6 +53,23 @@ CASES = {
          "environment: REDIS_URL: expected a redis://, rediss:// or unix:// URL, got "
          "'localhost:6379'"),
     ],
+    # Things queued used to take without a word: an environment section spelt otherwise, a
+    # mapping that is no section, Sidekiq's :redis: with a typo, a sidekiq-scheduler block.
+    "silent config": [
+        ({"prodution": {"concurrency": 9}}, ("-e", "production"), {},
+         "no section for environment 'production' (from -e); did you mean the section "
+         "'prodution'?"),
+        ({"prodution": {"concurrency": 9}}, (), {"RAILS_ENV": "production"},
+         "(from RAILS_ENV); did you mean the section 'prodution'?"),
+        ({"sidekiq_cron": {"nightly": {"cron": "0 3 * * *"}}}, (), {},
+         "unknown key 'sidekiq_cron' (a mapping, but not an environment section"),
+        ({":redis": {":urll": "redis://127.0.0.1:6379/0"}}, (), {},
+         "unknown key 'redis.urll' (did you mean 'redis.url'?)"),
+        ({":redis": {"url": "redis://h/0"}, "redis_url": "redis://h/0"}, (), {},
+         "redis: cannot be set together with redis_url"),
+        ({":schedule": {"nightly": {"cron": "0 3 * * *", "class": "Nightly"}}}, (), {},
+         "schedule: periodic jobs (sidekiq-scheduler / sidekiq-cron) are not supported yet"),
+    ],
 }
 
 
