@@ -388,7 +388,7 @@ def test_non_json_args_fail_before_anything_is_written():
     assert fr.keys("*") == []
 
 
-# --- strict arguments (Sidekiq 7's strict_args!) ---------------------------------------------------
+# --- strict arguments (Sidekiq 7's strict_args!) ----------------------------------------------
 
 class CliColor(enum.IntEnum):
     RED = 1

@@ -177,7 +177,7 @@ def test_loads_refuses_numbers_that_read_as_infinity(number):
     assert payload.loads('{"a":1.5e300}') == {"a": 1.5e300}
 
 
-# --- strict arguments: the fast check and the walk that explains -----------------------------------
+# --- strict arguments: the fast check and the walk that explains ------------------------------
 
 class _Flag(enum.IntEnum):
     ON = 1
@@ -200,7 +200,8 @@ _PLAIN_VALUES = [0, -2**70, "", "ünï 😀", "\ud800", None, True, False, 0.0, 
                  _nested(60, "bottom")]
 _CHANGED_OR_UNWRITABLE = [
     (1, 2), {1: 2}, {True: 0}, {None: 0}, {1.5: 0}, _Flag.ON, _Name.ADA,
-    collections.OrderedDict(a=1), collections.defaultdict(list), collections.namedtuple("P", "x")(1),
+    collections.OrderedDict(a=1), collections.defaultdict(list),
+    collections.namedtuple("P", "x")(1),
     float("nan"), float("inf"), -float("inf"), {1, 2}, frozenset(), b"x", bytearray(b"x"),
     decimal.Decimal(1), dt.datetime(2020, 1, 1), dt.date(2020, 1, 1), dt.time(1), object(),
     {(1,): 2}, _SELF, [[[{"deep": [(1,)]}]]], {"a": {"b": {3: 4}}}, [1.5, float("nan")],

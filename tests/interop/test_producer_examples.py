@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import time
-from urllib.parse import urlparse
 
 import pytest
 
@@ -57,8 +56,8 @@ const redis = new Redis(url, ns ? { keyPrefix: `${ns}:` } : {});
   const at = Date.now() / 1000 + 1;
   const out = {
     now: await queuedPush(redis, "InteropRecord",
-                          [Number.MAX_SAFE_INTEGER, 1.0, 1.5, "ünï 😀 a/b", { k: { nested: true } },
-                           [], null, false]),
+                          [Number.MAX_SAFE_INTEGER, 1.0, 1.5, "ünï 😀 a/b",
+                           { k: { nested: true } }, [], null, false]),
     own: await queuedPush(redis, "InteropRecord", ["own"], { queue: "other", retry: 3, tenant: 7 }),
     at: await queuedPush(redis, "InteropRecord", ["at"], { at }),
     at_time: at,
