@@ -12,12 +12,12 @@ Producer and job API::
 """
 __version__ = "0.1.0"
 
-from .client import Client, configure, default_client, get_redis  # noqa: E402
-from .errors import JobTimeout, QueuedError  # noqa: E402
+from .client import Client, configure, default_client, get_redis, strict_args  # noqa: E402
+from .errors import JobArgumentsError, JobTimeout, QueuedError  # noqa: E402
 from .events import error_handlers, on  # noqa: E402
 from .job import Job, job, registry  # noqa: E402
 from .middleware import client_middleware, server_middleware  # noqa: E402
 
 __all__ = ["Job", "job", "registry", "Client", "configure", "default_client", "get_redis",
-           "client_middleware", "server_middleware", "on", "error_handlers", "JobTimeout",
-           "QueuedError", "__version__"]
+           "strict_args", "client_middleware", "server_middleware", "on", "error_handlers",
+           "JobArgumentsError", "JobTimeout", "QueuedError", "__version__"]

@@ -29,6 +29,11 @@ class PayloadError(QueuedError):
     """A queue element that is not a usable Sidekiq job (bad JSON, wrong shape)."""
 
 
+class JobArgumentsError(QueuedError, TypeError, ValueError):
+    """A push's arguments that JSON would not give back as they are (``strict_args``). A
+    TypeError and a ValueError too: what json.dumps raises for such values."""
+
+
 class UnknownJobClass(QueuedError):
     """The payload names a job class that is not registered in this process."""
 

@@ -15,11 +15,15 @@ else an absolute epoch (so ``perform_at`` and ``perform_in`` are the same method
 ``datetime`` is absolute (naive = local time), ``timedelta`` relative. A time not in the future
 enqueues right away. Unlike Ruby's Setter, a later time that is not in the future (a second
 ``set(wait=...)``, or ``perform_in`` on a ``set(wait=...)``) clears an earlier ``at`` instead
-of leaving it in place: the last time given wins.
+of leaving it in place: the last time given wins. And unlike Ruby's Setter, which merges any
+key into the payload, ``set()`` takes the per-push options by name and payload keys of the
+caller's own only as ``extra={...}``: a typo (``queu="low"``) is a TypeError, not a job on the
+wrong queue. Arguments are checked as Sidekiq 7 checks them (``queued.strict_args``).
 """
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import functools
 import numbers
 import threading
@@ -33,6 +37,16 @@ OPTION_KEYS = frozenset(
     {"queue", "retry", "backtrace", "dead", "retry_queue", "tags", "timeout", "name", "abstract"})
 #: Class options that Sidekiq copies into every payload (when set), in addition to retry/queue.
 PAYLOAD_OPTION_KEYS = frozenset({"backtrace", "dead", "retry_queue", "tags"})
+#: What ``Job.set()`` takes besides ``wait``/``wait_until``/``extra``: the options that make
+#: sense per push (Sidekiq's Setter merges any key into the item; a typo would then be a silent
+#: payload key) and ``jid``, which a producer may choose for one push, as Sidekiq's allows.
+SET_KEYS = frozenset(OPTION_KEYS - {"name", "abstract"} | {"jid"})
+#: Payload keys that ``set(extra=...)`` refuses: perform_* writes class and args, the push
+#: writes enqueued_at, and an "at" is a time for ``wait_until``.
+_WRITTEN_BY_PUSH = frozenset({"class", "args", "at", "enqueued_at"})
+#: Names other libraries give to what ``set()`` calls otherwise (Celery: countdown, eta).
+_SET_SYNONYMS = {"at": "wait_until", "eta": "wait_until", "countdown": "wait", "delay": "wait",
+                 "queue_name": "queue", "retries": "retry"}
 #: Sidekiq's DEFAULT_WORKER_OPTIONS, in Sidekiq's order.
 DEFAULT_OPTIONS = {"retry": True, "queue": "default"}
 #: Like Sidekiq: an interval at or above this is an absolute epoch.
@@ -115,6 +129,7 @@ _OPTION_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "timeout": (lambda v: v is None or (_is_real(v) and v > 0), "a number of seconds > 0"),
     "name": (_nonempty_str, "a non-empty str"),
     "abstract": (lambda v: isinstance(v, bool), "True or False"),
+    "jid": (_nonempty_str, "a non-empty str"),
 }
 
 
@@ -124,11 +139,22 @@ def check_options(owner: str, options: Any, allowed: frozenset = OPTION_KEYS) ->
         raise TypeError(f"{owner}: queued_options must be a dict, not {type(options).__name__}")
     for key, value in options.items():
         if key not in allowed:
-            raise TypeError(f"{owner}: unknown queued option {key!r} "
-                            f"(known: {', '.join(sorted(allowed))})")
+            raise TypeError(f"{owner}: unknown queued option {key!r}{did_you_mean(key, allowed)}"
+                            f" (known: {', '.join(sorted(allowed))})")
         test, what = _OPTION_CHECKS[key]
         if not test(value):
             raise TypeError(f"{owner}: queued option {key!r} must be {what}, not {value!r}")
+
+
+def did_you_mean(key: Any, known: Any, synonyms: dict[str, str] | None = None) -> str:
+    """`` (did you mean 'queue'?)`` for a typo of a known name, else ``""``."""
+    if not isinstance(key, str):
+        return ""
+    guess = (synonyms or {}).get(key)
+    if guess is None:
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+        guess = close[0] if close else None
+    return f" (did you mean {guess!r}?)" if guess else ""
 
 
 def resolve_at(when: Any, now: float) -> float:
@@ -258,20 +284,35 @@ class Job:
 
 
 class Setter:
-    """``Job.set(...)``: per-push options (any payload key; ``wait``/``wait_until`` schedule,
-    like Sidekiq/ActiveJob). Chainable: ``.set(...)`` again merges more options."""
+    """``Job.set(...)``: per-push options, chainable (``.set(...)`` again merges more).
+
+    Takes the options that make sense per push (``queue``, ``retry``, ``backtrace``, ``dead``,
+    ``retry_queue``, ``tags``, ``timeout``), ``jid`` (this push's job id, instead of a new
+    one), ``wait`` (seconds or a timedelta from now) or ``wait_until`` (an epoch or a
+    datetime), like Sidekiq and ActiveJob, and ``extra``: a dict of payload keys of your own,
+    written as they are (``set(extra={"tenant": 7})``, for a client or server middleware that
+    reads them). Any other keyword is a TypeError, with a suggestion for a typo: a misspelt
+    ``queu="low"`` would otherwise push to the class's queue with a stray payload key."""
 
     def __init__(self, job_class: type[Job], options: dict[str, Any]):
         self._job = job_class
         self._opts: dict[str, Any] = {}
         self.set(**options)
 
-    def set(self, **options: Any) -> "Setter":
-        wait_until = options.pop("wait_until", None)
-        wait = options.pop("wait", None)
-        known = {k: v for k, v in options.items() if k in OPTION_KEYS}
-        check_options(f"{_where(self._job)}.set()", known, OPTION_KEYS - {"name", "abstract"})
+    def set(self, *, wait: Any = None, wait_until: Any = None,
+            extra: dict[str, Any] | None = None, **options: Any) -> "Setter":
+        owner = f"{_where(self._job)}.set()"
+        for key in options:
+            if key not in SET_KEYS:
+                guess = did_you_mean(key, SET_KEYS | {"wait", "wait_until"}, _SET_SYNONYMS)
+                raise TypeError(f"{owner}: unknown option {key!r}{guess}; set() takes "
+                                f"{', '.join(sorted(SET_KEYS))}, wait and wait_until, and "
+                                "payload keys of your own as extra={...}")
+        check_options(owner, options, SET_KEYS)
+        if extra is not None:
+            self._check_extra(owner, extra)
         self._opts.update(options)
+        self._opts.update(extra or {})
         interval = wait_until if wait_until is not None else wait
         if interval is not None:
             now = _client.clock()
@@ -282,6 +323,20 @@ class Setter:
                 self._opts.pop("at", None)
         return self
 
+    def _check_extra(self, owner: str, extra: Any) -> None:
+        """Payload keys of the caller's own: str keys that are no option (those are checked
+        when given as keywords) and no key the push writes itself; plain JSON values."""
+        if not isinstance(extra, dict):
+            raise TypeError(f"{owner}: extra must be a dict of payload keys, "
+                            f"not {type(extra).__name__}")
+        for key in extra:
+            if not isinstance(key, str) or not key:
+                raise TypeError(f"{owner}: extra keys must be non-empty str, not {key!r}")
+            if key in SET_KEYS or key in ("wait", "wait_until"):
+                raise TypeError(f"{owner}: give {key!r} as set({key}=...), not in extra")
+            if key in _WRITTEN_BY_PUSH:
+                raise TypeError(f"{owner}: extra cannot set {key!r}: the push writes it")
+        _client.check_json(owner, extra, "extra")
     @property
     def options(self) -> dict[str, Any]:
         return dict(self._opts)
@@ -308,6 +363,8 @@ class Setter:
         seqs = (list, tuple)
         if not isinstance(args, seqs) or not all(isinstance(a, seqs) for a in args):
             raise ValueError("perform_bulk takes a list of argument lists: [[1], [2]]")
+        if "jid" in self._opts:
+            raise ValueError("set(jid=...) names one job; perform_bulk gives each job its own")
         item = {**self._opts, "class": self._job, "args": [list(a) for a in args]}
         return self._job.queued_client().push_bulk(item, batch_size=batch_size)
 

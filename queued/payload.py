@@ -6,12 +6,17 @@ dumps the way Ruby's ``JSON.generate`` does: no spaces, non-ASCII raw, ``/`` une
 """
 from __future__ import annotations
 
+import datetime as _dt
+import decimal
 import hashlib
 import json
+import math
 import os
 import re
+import reprlib
 import time
-from typing import Any
+from itertools import chain
+from typing import Any, Iterator, NamedTuple
 
 from .errors import PayloadError
 
@@ -198,3 +203,172 @@ def crash_count(msg: dict) -> int:
 def job_class_name(msg: dict) -> str:
     """The class to show: ActiveJob's wrapped class or a display_class, else ``class``."""
     return str(msg.get("display_class") or msg.get("wrapped") or msg.get("class") or "?")
+
+
+# --- strict arguments (Sidekiq 7's strict_args!) --------------------------------------------------
+#
+# A job's arguments are written as JSON and read back from it by the worker. Some Python values
+# do not survive that: {1: 2} comes back as {"1": 2}, a tuple as a list, an IntEnum as a plain
+# int; a datetime, a set or bytes cannot be written at all. plainly_json() answers the common
+# case (nothing of the sort anywhere) fast; unsafe_values() then finds the value and says why.
+
+#: The types JSON gives back as they went in (exact types: a subclass comes back as its base).
+_JSON_TYPES = frozenset({str, int, float, bool, type(None), list, dict})
+#: Up to this many values, plainly_json() loops over them in Python; more (a bulk push's
+#: argument lists), a level of nesting at a time in C. Each is the faster for its size.
+_FEW = 16
+#: Deeper than this, plainly_json() leaves the answer to unsafe_values(), which finds cycles.
+_MAX_LEVELS = 100
+# isinstance as one-argument C functions, for filter() and map(): no lambda call per value.
+_is_float, _is_list, _is_dict, _is_str = (float.__instancecheck__, list.__instancecheck__,
+                                          dict.__instancecheck__, str.__instancecheck__)
+
+
+def plainly_json(values: list) -> bool:
+    """True when every value in ``values``, at any depth, is a str, int, bool, None, finite
+    float, list, or dict with str keys: JSON gives such values back unchanged. False means
+    "look closer": unsafe_values() says what and where. Dict keys may be str subclasses, as
+    Sidekiq's check allows (JSON gives back the same text as a key)."""
+    try:
+        return _plain_few(values) if len(values) <= _FEW else _plain_levels(values)
+    except RecursionError:  # nested past Python's limit, or a list that holds itself
+        return False
+
+
+def _plain_few(values: Any) -> bool:
+    """plainly_json for a push's few arguments: one pass, ``continue`` for the common types."""
+    for v in values:
+        kind = type(v)
+        if kind is str or kind is int or kind is bool or v is None:
+            continue
+        if kind is float:
+            if v - v != 0.0:  # inf - inf and nan - nan are nan
+                return False
+        elif kind is list:
+            if not _plain_few(v):
+                return False
+        elif kind is dict:
+            if not (all(map(_is_str, v)) and _plain_few(v.values())):
+                return False
+        else:
+            return False
+    return True
+
+
+def _plain_levels(values: list) -> bool:
+    """plainly_json for many values (a bulk push's argument lists): a level of nesting at a
+    time, with loops that run in C (the set of the level's types; the next level chained out
+    of its lists and dicts), a few tens of nanoseconds a value where a Python loop costs
+    several times that."""
+    level = values
+    for _ in range(_MAX_LEVELS):
+        types = set(map(type, level))
+        if not types <= _JSON_TYPES:
+            return False
+        if float in types and not all(map(math.isfinite, filter(_is_float, level))):
+            return False
+        has_list, has_dict = list in types, dict in types
+        if not has_list and not has_dict:
+            return True
+        inner: list = []
+        if has_dict:
+            dicts = level if len(types) == 1 else list(filter(_is_dict, level))
+            try:
+                "".join(chain.from_iterable(dicts))  # the keys: a TypeError unless all str
+            except TypeError:
+                return False
+            inner.extend(chain.from_iterable(map(dict.values, dicts)))
+        if has_list:
+            inner.extend(chain.from_iterable(level if len(types) == 1
+                                             else filter(_is_list, level)))
+        level = inner
+    return False
+
+
+class Unsafe(NamedTuple):
+    """A value JSON would not give back as it is: where, what, why, and whether JSON cannot
+    write it at all (``fatal``) or would write something else (a list for a tuple)."""
+    path: str
+    value: Any
+    reason: str
+    fatal: bool
+
+    def __str__(self) -> str:
+        return f"{self.path}: {_short_repr(self.value)}: {self.reason}"
+
+
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = 60
+
+
+def _short_repr(value: Any) -> str:
+    return _repr.repr(value)
+
+
+def unsafe_values(value: Any, path: str = "args") -> Iterator[Unsafe]:
+    """Every value in ``value`` (named ``path``) that would not come back from JSON as it
+    is, depth first, in order."""
+    return _walk(value, path, set())
+
+
+def _walk(value: Any, path: str, open_ids: set) -> Iterator[Unsafe]:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        yield Unsafe(path, value, "JSON has no NaN or Infinity", True)
+        return
+    if kind is not float and kind is not list and kind is not dict:
+        reason, fatal = _why_not_json(value)
+        yield Unsafe(path, value, reason, fatal)
+    if isinstance(value, (list, tuple, dict)):  # its contents may hold more
+        if id(value) in open_ids:  # json.dumps raises "Circular reference detected"
+            yield Unsafe(path, value, "it contains itself: JSON cannot write it", True)
+            return
+        open_ids.add(id(value))
+        if isinstance(value, dict):
+            yield from _walk_dict(value, path, open_ids)
+        else:
+            for i, item in enumerate(value):
+                yield from _walk(item, f"{path}[{i}]", open_ids)
+        open_ids.discard(id(value))
+
+
+def _walk_dict(value: dict, path: str, open_ids: set) -> Iterator[Unsafe]:
+    for key, item in value.items():
+        if not isinstance(key, str):
+            yield _unsafe_key(value, key, path)
+        shown = dumps(key) if isinstance(key, str) else repr(key)
+        yield from _walk(item, f"{path}[{shown}]", open_ids)
+
+
+def _unsafe_key(owner: dict, key: Any, path: str) -> Unsafe:
+    what = f"a dict key {key!r} ({type(key).__name__}) is not a string"
+    if isinstance(key, (str, int, float)) or key is None:  # bool is an int
+        # json.dumps writes these keys as strings (1 -> "1", True -> "true", None -> "null")
+        written = next(iter(json.loads(json.dumps({key: 0}))))
+        return Unsafe(path, owner, f"{what}: JSON would turn it into {dumps(written)}", False)
+    return Unsafe(path, owner, f"{what}: JSON cannot write it", True)
+
+
+def _why_not_json(value: Any) -> tuple[str, bool]:
+    """(why ``value``, of a type other than str/int/float/bool/None/list/dict, is not JSON,
+    whether JSON cannot write it at all)."""
+    kind = type(value).__name__
+    if type(value) is tuple:
+        return "a tuple: JSON would turn it into a list", False
+    for base, back in ((int, "int"), (float, "float"), (str, "str"), (list, "list"),
+                       (tuple, "list"), (dict, "dict")):
+        if isinstance(value, base):  # enums, namedtuples, OrderedDict, defaultdict, ...
+            return (f"{kind} is a subclass of {base.__name__}: JSON would give it back as a "
+                    f"plain {back}"), False
+    if isinstance(value, (set, frozenset)):
+        return f"{kind} is not a JSON type: pass a list", True
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"{kind} is not a JSON type: pass a str (decoded, or base64)", True
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        epoch = " or an epoch (.timestamp())" if isinstance(value, _dt.datetime) else ""
+        return f"{kind} is not a JSON type: pass a str (.isoformat()){epoch}", True
+    if isinstance(value, decimal.Decimal):
+        return f"{kind} is not a JSON type: pass a str (exact) or a float", True
+    return f"{kind} is not a JSON type", True

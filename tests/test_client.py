@@ -4,16 +4,22 @@ Most tests use the real redis-server from conftest; a few pure-logic ones use fa
 """
 from __future__ import annotations
 
+import collections
+import datetime as dt
+import decimal
+import enum
 import json
 import os
 import select
 import socket
 import time
+import uuid
 
 import fakeredis
 import pytest
 import redis as redis_lib
 
+import queued
 import queued.client as client_mod
 from queued.client import Client
 from queued.job import Job, registry
@@ -380,6 +386,127 @@ def test_non_json_args_fail_before_anything_is_written():
     with pytest.raises(ValueError):
         Client(fr).push({"class": "X", "args": [float("nan")]})
     assert fr.keys("*") == []
+
+
+# --- strict arguments (Sidekiq 7's strict_args!) ----------------------------------------------
+
+class CliColor(enum.IntEnum):
+    RED = 1
+
+
+CliPoint = collections.namedtuple("CliPoint", "x y")
+_RELAX = ('queued.strict_args("warn") or queued.strict_args(False) lets such values through as '
+          'JSON writes them')
+_PLAIN = ("Job arguments must be plain JSON: str, int, float, bool, None, lists, and dicts with "
+          "str keys")
+
+
+@pytest.fixture
+def strict_mode():
+    """queued.strict_args as a test leaves it is put back to what it was."""
+    before = queued.strict_args("raise")
+    queued.strict_args(before)
+    yield queued.strict_args
+    queued.strict_args(before)
+
+
+def test_strict_args_is_the_default_and_names_the_value_and_the_way_out(default_client, r):
+    with pytest.raises(queued.JobArgumentsError) as info:
+        CliPlainWorker.perform_async("bob", {1: 2})
+    assert str(info.value) == ('CliPlainWorker args[1]: {1: 2}: a dict key 1 (int) is not a '
+                               f'string: JSON would turn it into "1". {_PLAIN} ({_RELAX})')
+    assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+    assert r.keys("*") == []
+
+
+@pytest.mark.parametrize("args, where, why", [
+    ([(1, 2)], "args[0]: (1, 2)", "a tuple: JSON would turn it into a list"),
+    (["a", {"k": [0, {True: 1}]}], 'args[1]["k"][1]: {True: 1}',
+     'a dict key True (bool) is not a string: JSON would turn it into "true"'),
+    ([{None: 1}], "args[0]: {None: 1}",
+     'a dict key None (NoneType) is not a string: JSON would turn it into "null"'),
+    ([{1.5: 1}], "args[0]: {1.5: 1}",
+     'a dict key 1.5 (float) is not a string: JSON would turn it into "1.5"'),
+    ([CliColor.RED], "args[0]: <CliColor.RED: 1>",
+     "CliColor is a subclass of int: JSON would give it back as a plain int"),
+    ([CliPoint(1, 2)], "args[0]: CliPoint(x=1, y=2)",
+     "CliPoint is a subclass of tuple: JSON would give it back as a plain list"),
+    ([collections.OrderedDict(a=1)], "args[0]: OrderedDict([('a', 1)])",
+     "OrderedDict is a subclass of dict: JSON would give it back as a plain dict"),
+])
+def test_strict_args_refuse_what_json_gives_back_changed(default_client, r, args, where, why):
+    with pytest.raises(queued.JobArgumentsError) as info:
+        CliPlainWorker.perform_async(*args)
+    assert str(info.value) == f"CliPlainWorker {where}: {why}. {_PLAIN} ({_RELAX})"
+    assert r.keys("*") == []
+
+
+@pytest.mark.parametrize("value, why", [
+    (dt.datetime(2024, 5, 1, 12, 0), "datetime is not a JSON type: pass a str (.isoformat()) "
+                                     "or an epoch (.timestamp())"),
+    (dt.date(2024, 5, 1), "date is not a JSON type: pass a str (.isoformat())"),
+    ({3}, "set is not a JSON type: pass a list"),
+    (b"\x00", "bytes is not a JSON type: pass a str (decoded, or base64)"),
+    (decimal.Decimal("1.10"), "Decimal is not a JSON type: pass a str (exact) or a float"),
+    (float("nan"), "JSON has no NaN or Infinity"),
+    (float("-inf"), "JSON has no NaN or Infinity"),
+    (uuid.UUID(int=1), "UUID is not a JSON type"),
+    ({(1, 2): "pair"}, "a dict key (1, 2) (tuple) is not a string: JSON cannot write it"),
+])
+@pytest.mark.parametrize("mode", ["raise", "warn"])
+def test_strict_args_refuse_what_json_cannot_write_in_raise_and_warn_mode(
+        default_client, r, strict_mode, mode, value, why):
+    strict_mode(mode)
+    with pytest.raises(queued.JobArgumentsError) as info:
+        CliPlainWorker.perform_async("ok", {"deep": [value]})
+    assert str(info.value) == f'CliPlainWorker args[1]["deep"][0]: {value!r}: {why}. {_PLAIN}'
+    assert r.keys("*") == []
+
+
+def test_strict_args_refuse_a_list_that_holds_itself(default_client, r):
+    loop: list = [1]
+    loop.append(loop)
+    with pytest.raises(queued.JobArgumentsError, match=r"args\[0\]\[1\]: .* it contains itself: "
+                                                       "JSON cannot write it"):
+        CliPlainWorker.perform_async(loop)
+    assert r.keys("*") == []
+
+
+def test_strict_args_check_every_job_of_a_bulk_push_before_writing_any(default_client, r):
+    args = [[i, {"n": i}] for i in range(40)]
+    args[33][1] = {"n": (33,)}
+    with pytest.raises(queued.JobArgumentsError) as info:
+        CliPlainWorker.perform_bulk(args, batch_size=10)
+    assert str(info.value).startswith('CliPlainWorker args[33][1]["n"]: (33,): a tuple: ')
+    with pytest.raises(queued.JobArgumentsError, match=r"args\[2\]\[0\]: \{1: 2\}"):
+        default_client.push_bulk({"class": "X", "args": [[1], [2], [{1: 2}]]})
+    assert r.keys("*") == []
+
+
+def test_strict_args_warn_pushes_what_json_writes_with_one_warning(default_client, r, strict_mode):
+    assert strict_mode("warn") == "raise"  # returns the mode it replaces
+    with pytest.warns(queued.client.ArgumentsWarning) as caught:
+        jid = CliPlainWorker.perform_async((1, 2), {1: 2})
+    (warning,) = caught
+    assert str(warning.message) == ("CliPlainWorker args[0]: (1, 2): a tuple: JSON would turn "
+                                    f"it into a list. {_PLAIN}")
+    assert warning.filename == __file__  # the line that pushed, not queued's insides
+    msg = json.loads(r.rpop("queue:default"))
+    assert (msg["jid"], msg["args"]) == (jid, [[1, 2], {"1": 2}])
+
+
+def test_strict_args_false_pushes_without_looking(default_client, r, strict_mode):
+    strict_mode(False)
+    CliPlainWorker.perform_async((1, 2), {1: 2}, CliColor.RED)
+    default_client.push_bulk({"class": "X", "args": [[(3,)]] * 20})
+    assert json.loads(r.rpop("queue:default"))["args"] == [[1, 2], {"1": 2}, 1]
+    assert [json.loads(m)["args"] for m in r.lrange("queue:default", 0, -1)] == [[[3]]] * 20
+    with pytest.raises(TypeError) as info:  # JSON's own error: nothing looked for the place
+        CliPlainWorker.perform_async(dt.date(2024, 1, 1))
+    assert not isinstance(info.value, queued.JobArgumentsError)
+    assert strict_mode(True) is None and strict_mode(None) == "raise"
+    with pytest.raises(ValueError, match="strict_args takes"):
+        strict_mode("loud")
 
 
 # --- middleware ----------------------------------------------------------------------------------

@@ -136,7 +136,7 @@ def python_pushes(now: float, args: list) -> None:
     RbOptsWorker.perform_async("crit")
     RbChildWorker.perform_async("child")
     RbPlainWorker.set(queue="setq", retry=2).perform_async("set")
-    RbPlainWorker.set(queue="setq", retry=0, custom={"k": [1, 2]}).perform_async("set2")
+    RbPlainWorker.set(queue="setq", retry=0, extra={"custom": {"k": [1, 2]}}).perform_async("set2")
     RbPlainWorker.perform_in(300, "scheduled", 42)
     RbPlainWorker.perform_in(-5, "past")
     RbPlainWorker.perform_at(now + 3600, "perform_at")

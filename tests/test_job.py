@@ -144,6 +144,15 @@ def test_unknown_option_is_a_type_error_naming_class_and_key():
     assert registry.lookup("TJTypo") is None
 
 
+def test_unknown_option_suggests_the_one_meant():
+    with pytest.raises(TypeError, match=r"TJTypo2: unknown queued option 'retires' "
+                                        r"\(did you mean 'retry'\?\) \(known: abstract, "):
+        class TJTypo2(Job):
+            queued_options = {"retires": 3}
+    with pytest.raises(TypeError, match=r"'zzz' \(known: "):  # nothing close: no guess
+        type("TJTypo3", (Job,), {"queued_options": {"zzz": 1}})
+
+
 @pytest.mark.parametrize("options", [
     {"queue": ""}, {"queue": 5}, {"retry": -1}, {"retry": "yes"}, {"retry": 1.5},
     {"timeout": 0}, {"timeout": "30"}, {"timeout": True}, {"tags": "a"}, {"dead": 1},
@@ -191,7 +200,7 @@ def test_setter_chaining_and_payload_options(default_client, r):
 
     s = TJSet.set(queue="low", retry=False)
     assert isinstance(s, Setter)
-    assert s.set(timeout=7, custom={"k": 1}) is s
+    assert s.set(timeout=7, extra={"custom": {"k": 1}}) is s
     jid = s.perform_async("x")
     msg = only(r, "queue:low")
     assert msg["jid"] == jid
@@ -211,6 +220,92 @@ def test_set_validates_known_options():
         TJSetBad.set(name="Other")
     with pytest.raises(TypeError, match="'timeout'"):
         TJSetBad.set(timeout=-1)
+
+
+@pytest.mark.parametrize("typo, meant", [("queu", "queue"), ("retyr", "retry"),
+                                         ("wait_untill", "wait_until"), ("at", "wait_until"),
+                                         ("eta", "wait_until"), ("countdown", "wait")])
+def test_set_refuses_an_unknown_key_and_suggests_the_one_meant(default_client, r, typo, meant):
+    class TJSetTypo(Job):
+        pass
+
+    with pytest.raises(TypeError) as info:
+        TJSetTypo.set(**{typo: 5}).perform_async("x")
+    assert str(info.value) == (
+        f"{__name__}.test_set_refuses_an_unknown_key_and_suggests_the_one_meant.<locals>."
+        f"TJSetTypo.set(): unknown option {typo!r} (did you mean {meant!r}?); set() takes "
+        "backtrace, dead, jid, queue, retry, retry_queue, tags, timeout, wait and wait_until, "
+        "and payload keys of your own as extra={...}")
+    with pytest.raises(TypeError, match=f"unknown option {typo!r}"):
+        TJSetTypo.set(queue="low").set(**{typo: 5})  # a chained set() too
+    assert r.keys("*") == []
+
+
+def test_set_extra_writes_payload_keys_of_your_own_in_order(default_client, r):
+    class TJExtra(Job):
+        pass
+
+    s = TJExtra.set(extra={"tenant": 7, "trace": {"id": "t-1"}}, queue="low")
+    s.set(extra={"created_at": 1234.5, "tenant": 8})
+    jid = s.perform_async("x")
+    msg = only(r, "queue:low")
+    assert list(msg) == ["retry", "queue", "tenant", "trace", "created_at", "args", "class",
+                         "jid", "enqueued_at"]
+    assert (msg["jid"], msg["tenant"], msg["trace"], msg["created_at"]) == (
+        jid, 8, {"id": "t-1"}, 1234.5)
+
+
+@pytest.mark.parametrize("extra, error", [
+    ({"queue": "low"}, "give 'queue' as set(queue=...), not in extra"),
+    ({"jid": "a" * 24}, "give 'jid' as set(jid=...), not in extra"),
+    ({"wait": 5}, "give 'wait' as set(wait=...), not in extra"),
+    ({"class": "Other"}, "extra cannot set 'class': the push writes it"),
+    ({"args": [1]}, "extra cannot set 'args': the push writes it"),
+    ({"at": 1.0}, "extra cannot set 'at': the push writes it"),
+    ({"enqueued_at": 1.0}, "extra cannot set 'enqueued_at': the push writes it"),
+    ({1: "x"}, "extra keys must be non-empty str, not 1"),
+    ({"": "x"}, "extra keys must be non-empty str, not ''"),
+    ([("tenant", 7)], "extra must be a dict of payload keys, not list"),
+])
+def test_set_extra_refuses_what_it_cannot_write_as_given(extra, error):
+    class TJExtraBad(Job):
+        pass
+
+    with pytest.raises(TypeError) as info:
+        TJExtraBad.set(extra=extra)
+    assert str(info.value).endswith(f"TJExtraBad.set(): {error}")
+
+
+def test_set_extra_values_follow_strict_args(default_client, r):
+    import queued
+
+    class TJExtraJson(Job):
+        pass
+
+    with pytest.raises(queued.JobArgumentsError) as info:
+        TJExtraJson.set(extra={"tenant": {"ids": (1, 2)}})
+    assert str(info.value).startswith(
+        f'{__name__}.test_set_extra_values_follow_strict_args.<locals>.TJExtraJson.set() '
+        'extra["tenant"]["ids"]: (1, 2): a tuple: JSON would turn it into a list. Payload '
+        'values must be plain JSON')
+    previous = queued.strict_args(False)
+    try:
+        TJExtraJson.set(extra={"tenant": {"ids": (1, 2)}}).perform_async()
+    finally:
+        queued.strict_args(previous)
+    assert only(r, "queue:default")["tenant"] == {"ids": [1, 2]}
+
+
+def test_set_jid_names_this_push_and_not_a_bulk_one(default_client, r):
+    class TJJid(Job):
+        pass
+
+    assert TJJid.set(jid="0123456789abcdef01234567").perform_async("x") \
+        == "0123456789abcdef01234567"
+    assert only(r, "queue:default")["jid"] == "0123456789abcdef01234567"
+    with pytest.raises(ValueError, match=r"set\(jid=...\) names one job"):
+        TJJid.set(jid="0123456789abcdef01234567").perform_bulk([[1], [2]])
+    assert r.llen("queue:default") == 1
 
 
 def test_set_wait_and_wait_until(default_client, r):

@@ -2,8 +2,13 @@
 Sidekiq 6/7/8 timestamps (SIDEKIQ_FORMAT.md section 3). Pure: no Redis."""
 from __future__ import annotations
 
+import collections
+import datetime as dt
+import decimal
+import enum
 import json
 import re
+import reprlib
 
 import pytest
 
@@ -181,3 +186,51 @@ def test_loads_refuses_numbers_that_read_as_infinity(number):
     with pytest.raises(PayloadError, match=f"number {number} is out of range"):
         payload.loads('{"class":"X","args":[%s],"jid":"j"}' % number)
     assert payload.loads('{"a":1.5e300}') == {"a": 1.5e300}
+
+
+# --- strict arguments: the fast check and the walk that explains ------------------------------
+
+class _Flag(enum.IntEnum):
+    ON = 1
+
+
+class _Name(str, enum.Enum):
+    ADA = "ada"
+
+
+def _nested(depth: int, bottom: object) -> object:
+    for i in range(depth):
+        bottom = [bottom] if i % 2 else {f"k{i}": bottom}
+    return bottom
+
+
+_SELF: list = [0]
+_SELF.append(_SELF)
+_PLAIN_VALUES = [0, -2**70, "", "ünï 😀", "\ud800", None, True, False, 0.0, -0.0, 1e308, 5e-324,
+                 [], {}, [1, [2, [3.5]]], {"a": {"b": [None, {"c": "d"}]}}, {_Name.ADA: 1},
+                 _nested(60, "bottom")]
+_CHANGED_OR_UNWRITABLE = [
+    (1, 2), {1: 2}, {True: 0}, {None: 0}, {1.5: 0}, _Flag.ON, _Name.ADA,
+    collections.OrderedDict(a=1), collections.defaultdict(list),
+    collections.namedtuple("P", "x")(1),
+    float("nan"), float("inf"), -float("inf"), {1, 2}, frozenset(), b"x", bytearray(b"x"),
+    decimal.Decimal(1), dt.datetime(2020, 1, 1), dt.date(2020, 1, 1), dt.time(1), object(),
+    {(1,): 2}, _SELF, [[[{"deep": [(1,)]}]]], {"a": {"b": {3: 4}}}, [1.5, float("nan")],
+    _nested(60, (1,))]
+
+
+@pytest.mark.parametrize("jobs", [1, 40])  # one job's few values; a bulk push's many
+@pytest.mark.parametrize("value", _PLAIN_VALUES + _CHANGED_OR_UNWRITABLE, ids=reprlib.repr)
+def test_plainly_json_says_yes_exactly_when_the_walk_finds_nothing(value, jobs):
+    args = [["x", value, 1]] * jobs if jobs > 1 else ["x", value, 1]
+    found = list(payload.unsafe_values(args))
+    assert payload.plainly_json(args) is (not found)
+    assert (not found) is any(value is v for v in _PLAIN_VALUES)
+
+
+def test_plainly_json_leaves_nesting_past_its_depth_to_the_walk():
+    deep: object = 1
+    for _ in range(150):
+        deep = [deep]
+    assert payload.plainly_json([deep] * 40) is False  # "look closer"
+    assert list(payload.unsafe_values([deep])) == []  # and closer, nothing is wrong
