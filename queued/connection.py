@@ -14,7 +14,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-_LUA_DIR = os.path.join(os.path.dirname(__file__), "lua")
+_LUA_DIR = os.path.join(os.path.dirname(__file__), "server", "lua")
 
 #: Seconds a command may take before the socket read gives up. Blocking fetches add their
 #: own block time on top (see fetch.py).

@@ -149,7 +149,7 @@ def job(i, queue="default") -> bytes:
 @pytest.fixture
 def make_fetcher(redis_url):
     """``make_fetcher(**options)``: a worker's Fetcher on the test Redis, closed at teardown."""
-    from queued.fetch import Fetcher
+    from queued.server.fetch import Fetcher
     from queued.keys import Keys
     made = []
 

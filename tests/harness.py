@@ -125,7 +125,7 @@ def pid_alive(pid: int) -> bool:
 # What pip writes for the console script `queued` (setup.cfg entry point): run as a file, so
 # sys.path[0] is its own folder, not the working directory, as for an installed `queued`.
 CONSOLE_SCRIPT = """import sys
-from queued.cli import main
+from queued.server.cli import main
 sys.exit(main())
 """
 

@@ -1,4 +1,4 @@
-"""queued.cli: loading the job code (``-r``) and the command line's exits, in-process.
+"""queued.server.cli: loading the job code (``-r``) and the command line's exits, in-process.
 
 Every test writes its own uniquely named modules under tmp_path, and sys.path / sys.modules
 are put back afterwards, so nothing leaks into other tests.
@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from queued import __version__
-from queued.cli import load_app, main
+from queued.server.cli import load_app, main
 from queued.errors import EXIT_CONFIG_ERROR, AppLoadError
 from queued.job import registry
 

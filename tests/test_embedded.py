@@ -1,4 +1,4 @@
-"""queued.embedded: the master's own redis-server child, on a unix socket in a directory."""
+"""queued.server.embedded: the master's own redis-server child, on a unix socket in a directory."""
 from __future__ import annotations
 
 import os
@@ -12,8 +12,8 @@ import types
 import pytest
 import redis
 
-from queued import embedded
-from queued.embedded import EmbeddedRedis
+from queued.server import embedded
+from queued.server.embedded import EmbeddedRedis
 from queued.errors import ConfigError
 
 IN_CI = bool(os.environ.get("CI"))
@@ -237,7 +237,7 @@ def test_start_failure_reports_log_tail(tmp_path):
 def test_redis_exits_and_saves_when_its_master_is_killed(tmp_path, binary):
     # The master dies without stop() (kill -9): Redis must not linger holding the directory.
     directory = tmp_path / "orphan"
-    code = (f"import sys, time, redis; from queued.embedded import EmbeddedRedis\n"
+    code = (f"import sys, time, redis; from queued.server.embedded import EmbeddedRedis\n"
             f"srv = EmbeddedRedis({str(directory)!r}, binary={binary!r})\n"
             f"redis.Redis.from_url(srv.start()).set('kept', 'yes')\n"
             f"print(srv.pid, flush=True); time.sleep(60)\n")

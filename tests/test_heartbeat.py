@@ -1,4 +1,4 @@
-"""queued.heartbeat: Sidekiq's process record, batched stats, the lease and remote signals
+"""queued.server.heartbeat: Sidekiq's process record, batched stats, the lease and remote signals
 (SIDEKIQ_FORMAT.md sections 6-7).
 
 Work is simulated by writing to a real SlotTable with SlotWriter, exactly as workers do, and the
@@ -14,11 +14,11 @@ import time
 import pytest
 
 from queued import config
-from queued.fetch import Fetcher
-from queued.heartbeat import PROCESS_TTL, STAT_TTL, Heartbeat, new_identity
+from queued.server.fetch import Fetcher
+from queued.server.heartbeat import PROCESS_TTL, STAT_TTL, Heartbeat, new_identity
 from queued.keys import Keys
-from queued.log import pid_tag
-from queued.slots import SlotTable, SlotWriter
+from queued.server.log import pid_tag
+from queued.server.slots import SlotTable, SlotWriter
 
 K = Keys()
 IDENT = "myhost:4242:0123456789ab"

@@ -1,4 +1,4 @@
-"""queued.log: the line format, the job context, and the per-job line written without logging's
+"""queued.server.log: the line format, the job context, and the per-job line written without logging's
 machinery."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from queued import log as logsetup
+from queued.server import log as logsetup
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ tid=w3(.*)$")
 
@@ -19,7 +19,7 @@ def logfile(tmp_path):
     the test body starts, which a daemon does not have."""
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
-    path = tmp_path / "queued.log"
+    path = tmp_path / "queued.server.log"
     logsetup.setup("INFO", str(path), tag="w3")
     handler = root.handlers[-1]
     yield path, lambda: root.handlers.__setitem__(slice(None), [handler])
@@ -35,22 +35,22 @@ def lines(path) -> list[str]:
 def test_a_jobs_lines_carry_its_class_and_jid_and_every_line_its_logger(logfile):
     logfile, ours = logfile
     ours()
-    logging.getLogger("queued.worker").info("before")
+    logging.getLogger("queued.server.worker").info("before")
     logsetup.set_context(logsetup.job_context("Billing::InvoiceJob", "15acda24f01de58f49b27035"))
     logging.getLogger("app.billing").warning("charging %d", 42)
     logsetup.set_context("")
-    logging.getLogger("queued.worker").info("after")
+    logging.getLogger("queued.server.worker").info("after")
     assert lines(logfile) == [
-        " INFO queued.worker: before",
+        " INFO queued.server.worker: before",
         " class=Billing::InvoiceJob jid=15acda24f01de58f49b27035 WARNING app.billing: charging 42",
-        " INFO queued.worker: after"]
+        " INFO queued.server.worker: after"]
 
 
 def test_the_fast_done_line_is_the_line_logging_writes(logfile):
     # Given the worker's done line bound to queued's own handler, in a job's context
     logfile, ours = logfile
     ours()
-    joblog = logsetup.JobLog("queued.worker")
+    joblog = logsetup.JobLog("queued.server.worker")
     joblog.bind()
     assert joblog.fd is not None
     logsetup.set_context(logsetup.job_context("X", "j" * 24, 0.0123456))
@@ -59,7 +59,7 @@ def test_the_fast_done_line_is_the_line_logging_writes(logfile):
     joblog.fd = None  # the logging module's way
     joblog.done()
     # Then both lines are the same, in Sidekiq's shape
-    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.worker: done"] * 2
+    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.server.worker: done"] * 2
 
 
 def test_another_logging_setup_gets_the_done_line_through_logging(logfile):
@@ -73,27 +73,27 @@ def test_another_logging_setup_gets_the_done_line_through_logging(logfile):
             seen.append(record.getMessage())
 
     logging.getLogger().addHandler(Collect())
-    joblog = logsetup.JobLog("queued.worker")
+    joblog = logsetup.JobLog("queued.server.worker")
     joblog.bind()
     # Then the line goes through logging, to both handlers
     logsetup.set_context(logsetup.job_context("X", "j" * 24, 1.5))
     joblog.done()
     assert joblog.fd is None
     assert seen == ["done"]
-    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=1.500 INFO queued.worker: done"]
+    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=1.500 INFO queued.server.worker: done"]
 
 
 def test_no_done_line_when_info_is_off(logfile):
     logfile, ours = logfile
     ours()
-    logging.getLogger("queued.worker").setLevel(logging.WARNING)
+    logging.getLogger("queued.server.worker").setLevel(logging.WARNING)
     try:
-        joblog = logsetup.JobLog("queued.worker")
+        joblog = logsetup.JobLog("queued.server.worker")
         joblog.bind()
         joblog.done()
         assert logfile.read_text() == ""
     finally:
-        logging.getLogger("queued.worker").setLevel(logging.NOTSET)
+        logging.getLogger("queued.server.worker").setLevel(logging.NOTSET)
 
 
 def test_verbose_shows_queueds_debug_lines_and_keeps_other_libraries_quiet(logfile):
@@ -101,10 +101,10 @@ def test_verbose_shows_queueds_debug_lines_and_keeps_other_libraries_quiet(logfi
     logsetup.setup("DEBUG", str(logfile), tag="w3")
     ours = logging.getLogger().handlers[-1]
     logging.getLogger().handlers[:] = [ours]
-    logging.getLogger("queued.scheduler").debug("moved 3")
+    logging.getLogger("queued.server.scheduler").debug("moved 3")
     logging.getLogger("redis.connection").debug("handshake noise")
     logging.getLogger("redis.connection").warning("a real problem")
-    assert lines(logfile) == [" DEBUG queued.scheduler: moved 3",
+    assert lines(logfile) == [" DEBUG queued.server.scheduler: moved 3",
                               " WARNING redis.connection: a real problem"]
     logging.getLogger("queued").setLevel(logging.NOTSET)
 
@@ -112,11 +112,11 @@ def test_verbose_shows_queueds_debug_lines_and_keeps_other_libraries_quiet(logfi
 def test_reopen_writes_to_the_new_file_after_a_rotation(logfile, tmp_path):
     logfile, ours = logfile
     ours()
-    logging.getLogger("queued.worker").info("one")
-    logfile.rename(tmp_path / "queued.log.1")  # what logrotate does
-    logging.getLogger("queued.worker").info("two")  # still into the moved file
+    logging.getLogger("queued.server.worker").info("one")
+    logfile.rename(tmp_path / "queued.server.log.1")  # what logrotate does
+    logging.getLogger("queued.server.worker").info("two")  # still into the moved file
     logsetup.reopen()
-    logging.getLogger("queued.worker").info("three")
-    assert lines(tmp_path / "queued.log.1") == [" INFO queued.worker: one",
-                                                 " INFO queued.worker: two"]
-    assert lines(logfile) == [" INFO queued.worker: three"]
+    logging.getLogger("queued.server.worker").info("three")
+    assert lines(tmp_path / "queued.server.log.1") == [" INFO queued.server.worker: one",
+                                                 " INFO queued.server.worker: two"]
+    assert lines(logfile) == [" INFO queued.server.worker: three"]

@@ -1,4 +1,4 @@
-"""queued.master: the loop's steps called directly, with fork, kill and the clocks replaced.
+"""queued.server.master: the loop's steps called directly, with fork, kill and the clocks replaced.
 
 STYLE.md's advice (gunicorn's test_arbiter.py): test the arbiter's decisions by mocking
 ``fork``, ``kill`` and ``waitpid``; the real-process behaviour is in tests/integration.
@@ -10,10 +10,11 @@ import time
 
 import pytest
 
-from queued import children as children_mod, config, master as master_mod
-from queued.children import WorkerRecord
-from queued.master import Master
-from queued.slots import SlotWriter
+from queued import config
+from queued.server import children as children_mod, master as master_mod
+from queued.server.children import WorkerRecord
+from queued.server.master import Master
+from queued.server.slots import SlotWriter
 
 
 def make(redis_url, **settings) -> Master:
@@ -148,7 +149,7 @@ def test_waiting_for_redis_at_boot_is_said_at_growing_intervals_and_in_the_title
     monkeypatch.setattr(master_mod.time, "monotonic", lambda: clock[0])
     reports = list(master_mod.WAITING_REPORTS)
     said = []
-    with caplog.at_level(logging.ERROR, logger="queued.master"):
+    with caplog.at_level(logging.ERROR, logger="queued.server.master"):
         for t in range(0, 200):  # a failed attempt every second for 200 s
             clock[0] = 1000.0 + t
             before = len(caplog.records)
@@ -163,7 +164,7 @@ def test_waiting_for_redis_at_boot_is_said_at_growing_intervals_and_in_the_title
 
 def test_retry_describe_says_the_attempt_the_limit_and_when():
     import time as _time
-    from queued import retry
+    from queued.server import retry
     now = _time.time()
     out = retry.decide({"class": "X", "args": [], "jid": "j", "retry": 5},
                        RuntimeError("x"), "default", now=now)

@@ -1,4 +1,4 @@
-"""queued.recovery: a dead worker's or a dead host's jobs go back to their queues, exactly once.
+"""queued.server.recovery: a dead worker's or a dead host's jobs go back to their queues, exactly once.
 
 Jobs are reserved with a real Fetcher (so the members are exactly what workers write), then the
 master's recovery steps are called directly.
@@ -13,8 +13,8 @@ import time
 import pytest
 import redis as redis_lib
 
-from queued import recovery
-from queued.fetch import GONE, WRITTEN
+from queued.server import recovery
+from queued.server.fetch import GONE, WRITTEN
 from queued.keys import Keys
 
 from conftest import FETCH_IDENTITY, job
@@ -254,7 +254,7 @@ def test_an_unreadable_registration_is_left_alone_with_an_error(r, make_fetcher,
     make_fetcher(identity=OTHER).reserve(1)
     # and a readable dead master beside it
     n = _dead_master_with_jobs(r, make_fetcher, identity="ok:1:x", slots=1)
-    with caplog.at_level(logging.ERROR, logger="queued.recovery"):
+    with caplog.at_level(logging.ERROR, logger="queued.server.recovery"):
         reaped = recovery.reap_expired(r, K)
     # Then the readable one is reaped, the unreadable one is untouched and logged
     assert reaped == [("ok:1:x", n)]
@@ -278,7 +278,7 @@ def test_current_job_by_jid_is_the_running_one_not_the_earliest(r, make_fetcher)
 
 
 def test_current_job_matches_a_long_jid_as_the_slot_table_stores_it(r, make_fetcher):
-    from queued.slots import stored_jid
+    from queued.server.slots import stored_jid
     f = make_fetcher()
     long_jid = "job-" + "x" * 40
     raw = json.dumps({"class": "X", "args": [], "jid": long_jid}).encode()
@@ -344,7 +344,7 @@ def test_a_job_whose_queue_key_is_not_a_list_goes_to_dead_and_the_rest_go_back(
     r.set("queue:broken", "x")
     before = r.time()[0]
     # When the slot is requeued
-    with caplog.at_level(logging.ERROR, logger="queued.recovery"):
+    with caplog.at_level(logging.ERROR, logger="queued.server.recovery"):
         moved = recovery.requeue_slot(r, K, ME, 0, ["broken", "default"])
     # Then the default job is back in its queue, the two others are in dead as they were,
     # at Redis's current time, and the slot is empty
@@ -418,7 +418,7 @@ def test_the_crash_that_reaches_max_crashes_sends_the_job_to_dead(r, make_fetche
 
 
 def test_a_run_that_ends_normally_ends_the_streak_of_crashes(r):
-    from queued import retry
+    from queued.server import retry
     msg = json.loads(job(1)[:-1] + b',"queued_crashes":2,"retry":3}')
     outcome = retry.decide(msg, RuntimeError("x"), "default")
     assert outcome.kind == "retry" and "queued_crashes" not in outcome.msg

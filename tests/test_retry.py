@@ -1,4 +1,4 @@
-"""queued.retry against the payloads real Sidekiq 6.4.1 wrote (SIDEKIQ_FORMAT.md section 5).
+"""queued.server.retry against the payloads real Sidekiq 6.4.1 wrote (SIDEKIQ_FORMAT.md section 5).
 
 Pure tests: no Redis. The clock and the jitter are injected, so a rewritten payload can be
 compared byte for byte with the captured retry and dead members.
@@ -12,7 +12,7 @@ import random
 import pytest
 
 from queued import payload
-from queued.retry import (
+from queued.server.retry import (
     DEAD_MAX_JOBS,
     DEAD_TIMEOUT_IN_SECONDS,
     Outcome,
@@ -318,7 +318,7 @@ def test_retries_exhausted_exception_is_logged_and_swallowed(caplog):
         def retries_exhausted(cls, msg, exc):
             raise ValueError("hook bug")
 
-    with caplog.at_level(logging.ERROR, logger="queued.retry"):
+    with caplog.at_level(logging.ERROR, logger="queued.server.retry"):
         out = fail(RZ_QUEUED, RuntimeError("x"), job_class=Broken)
     assert out.kind == "dead"
     assert "retries_exhausted" in caplog.text and "3037d84dc3dccb245153108c" in caplog.text
@@ -463,7 +463,7 @@ def test_retry_in_replaces_the_base_but_jitter_is_still_added(value, base):
 
 def test_retry_in_exception_falls_back_to_default_and_is_logged(caplog):
     job = type("CustomJob", (Custom,), {"value": ZeroDivisionError("oops")})
-    with caplog.at_level(logging.ERROR, logger="queued.retry"):
+    with caplog.at_level(logging.ERROR, logger="queued.server.retry"):
         out = fail(NB_QUEUED, RuntimeError("x"), job_class=job, rand=FixedRand(5))
     assert out.score == NOW + 15 + 5
     assert "retry_in" in caplog.text and "ZeroDivisionError" in caplog.text

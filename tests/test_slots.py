@@ -1,4 +1,4 @@
-"""queued.slots: the shared-memory table workers write and the master reads.
+"""queued.server.slots: the shared-memory table workers write and the master reads.
 
 The seqlock is checked the only way that means anything: a forked process writes as fast as it
 can while this process reads, and no read may mix two writes.
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from queued import slots
-from queued.slots import BUSY, IDLE, SlotTable, SlotWriter
+from queued.server import slots
+from queued.server.slots import BUSY, IDLE, SlotTable, SlotWriter
 
 from harness import wait_for
 
@@ -204,7 +204,7 @@ def test_the_sequence_word_only_ever_holds_sequence_values():
 
 
 class _Clock:
-    """Stands in for the time module inside queued.slots: the monotonic clock moves only when
+    """Stands in for the time module inside queued.server.slots: the monotonic clock moves only when
     a reader waits (10 ms per wait), so how long a read waited is counted, not timed."""
 
     def __init__(self):
@@ -277,7 +277,7 @@ def test_the_table_is_shared_with_a_forked_child():
 
 def test_notes_are_due_once_per_interval_across_processes():
     import os
-    from queued.slots import Notes
+    from queued.server.slots import Notes
     notes = Notes(2)
     assert notes.due(0, 60.0, now=1000.0) is True
     pid = os.fork()

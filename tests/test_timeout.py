@@ -1,4 +1,4 @@
-"""queued.timeout: the soft time limit, SIGALRM raising JobTimeout inside the job.
+"""queued.server.timeout: the soft time limit, SIGALRM raising JobTimeout inside the job.
 
 Runs in the main thread of the test process (SIGALRM only reaches the main thread). Each test
 restores the SIGALRM handler and timer it found.
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from queued.errors import JobTimeout
-from queued.timeout import job_timeout
+from queued.server.timeout import job_timeout
 
 
 @pytest.fixture(autouse=True)

@@ -1,12 +1,12 @@
-"""queued.tracebacks: a failure's traceback starts in the job's own code."""
+"""queued.server.tracebacks: a failure's traceback starts in the job's own code."""
 from __future__ import annotations
 
 import os
 
-from queued import tracebacks
+from queued.server import tracebacks
 from queued.errors import JobTimeout
 from queued.middleware import Chain
-from queued.timeout import job_timeout
+from queued.server.timeout import job_timeout
 
 
 def failing():

@@ -1,4 +1,4 @@
-"""queued.waker: a job pushed to a queue no idle worker waits on wakes one idle worker.
+"""queued.server.waker: a job pushed to a queue no idle worker waits on wakes one idle worker.
 
 A real Redis, a real blocked client (BLMOVE in a thread) standing for a worker, and the
 waker's step called directly."""
@@ -12,8 +12,8 @@ import pytest
 import redis as redis_lib
 
 from queued.keys import Keys
-from queued.slots import Watch
-from queued.waker import Waker
+from queued.server.slots import Watch
+from queued.server.waker import Waker
 
 K = Keys()
 QUEUES = ["a", "b", "c"]
@@ -152,7 +152,7 @@ def test_without_client_tracking_it_says_so_once_and_stays_off(r, waker, caplog,
 
     monkeypatch.setattr(waker, "_connection", refusing)
     import logging
-    with caplog.at_level(logging.WARNING, logger="queued.waker"):
+    with caplog.at_level(logging.WARNING, logger="queued.server.waker"):
         waker.step()
         waker.step()
     assert waker.unsupported and waker.sub is None and waker.fds() == [waker.idle_r]

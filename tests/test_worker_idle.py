@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 from queued import config as cfgmod
 from queued.keys import Keys
-from queued.slots import SlotTable, Watch
-from queued.worker import Worker
+from queued.server.slots import SlotTable, Watch
+from queued.server.worker import Worker
 
 
 def make_worker(slot, watch, queues, concurrency=3):

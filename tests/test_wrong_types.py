@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from queued import recovery
-from queued.fetch import GONE, REFUSED, WRITTEN
+from queued.server import recovery
+from queued.server.fetch import GONE, REFUSED, WRITTEN
 from queued.keys import Keys
 
 from conftest import FETCH_IDENTITY, job

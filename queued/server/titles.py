@@ -3,7 +3,7 @@
 HardWorker`` for a worker. setproctitle is optional; without it titles are skipped."""
 from __future__ import annotations
 
-from . import __version__
+from .. import __version__
 
 try:
     from setproctitle import setproctitle as _set

@@ -24,12 +24,13 @@ import traceback
 import redis
 
 from . import log as logsetup
-from . import client, titles
+from .. import client
+from . import titles
 from .fetch import Fetcher, Reservation
 from .runner import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL, Runner
 from .slots import Notes, SlotWriter, Watch
 
-log = logging.getLogger("queued.worker")
+log = logging.getLogger("queued.server.worker")
 
 #: A batch grows (doubles, up to ``prefetch``) only while jobs average under this many seconds,
 #: so a prefetched job never waits long behind a slow one.

@@ -17,11 +17,11 @@ import time
 from typing import Callable, NamedTuple
 
 from . import recovery
-from .errors import WORKER_BOOT_ERROR
+from ..errors import WORKER_BOOT_ERROR
 from .slots import SlotTable, Watch
 from .worker import Worker
 
-log = logging.getLogger("queued.master")
+log = logging.getLogger("queued.server.master")
 
 #: A worker that dies sooner than this after its fork counts as a boot failure (backoff).
 BOOT_GRACE = 2.0

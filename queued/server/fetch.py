@@ -29,11 +29,12 @@ from typing import NamedTuple, Sequence
 
 import redis
 
-from . import connection, retry
-from .connection import FAIL, RESERVE
-from .keys import Keys
+from .. import connection
+from . import retry
+from ..connection import FAIL, RESERVE
+from ..keys import Keys
 
-log = logging.getLogger("queued.fetch")
+log = logging.getLogger("queued.server.fetch")
 
 #: How many jobs that succeeded while their reservation reply was lost are remembered, to be
 #: acked instead of run when a reserve hands them back (one that never comes back, because

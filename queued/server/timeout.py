@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 
-from .errors import JobTimeout
+from ..errors import JobTimeout
 
 
 class job_timeout:

@@ -12,10 +12,11 @@ import sys
 import traceback
 import warnings
 
-from . import __version__, config as config_mod
-from . import client, log as logsetup
-from .errors import APP_LOAD_ERROR, EXIT_CONFIG_ERROR, AppLoadError, ConfigError, QueuedError
-from .job import JobNameClash, registry
+from .. import __version__, config as config_mod
+from .. import client
+from . import log as logsetup
+from ..errors import APP_LOAD_ERROR, EXIT_CONFIG_ERROR, AppLoadError, ConfigError, QueuedError
+from ..job import JobNameClash, registry
 
 log = logging.getLogger("queued")
 
@@ -48,7 +49,8 @@ def _where(exc: BaseException, base_dir: str) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     if isinstance(exc, SyntaxError) and exc.filename:
         return f" ({exc.filename}:{exc.lineno})"
-    skip = (os.path.dirname(os.__file__), os.path.dirname(os.path.abspath(__file__)) + os.sep)
+    skip = (os.path.dirname(os.__file__),
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)  # queued/
     own = [f for f in frames if not f.filename.startswith("<")
            and not f.filename.startswith(skip) and "site-packages" not in f.filename]
     frame = (own or frames or [None])[-1]

@@ -28,13 +28,13 @@ import time
 
 import redis
 
-from . import payload as codec
-from .connection import DUE, ENQUEUE_DUE, RENEW_LEADER
-from .errors import PayloadError
-from .keys import Keys
-from .middleware import client_middleware
+from .. import payload as codec
+from ..connection import DUE, ENQUEUE_DUE, RENEW_LEADER
+from ..errors import PayloadError
+from ..keys import Keys
+from ..middleware import client_middleware
 
-log = logging.getLogger("queued.scheduler")
+log = logging.getLogger("queued.server.scheduler")
 
 #: Jobs moved per round trip.
 BATCH = 100

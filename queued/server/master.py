@@ -22,19 +22,20 @@ import traceback
 
 import redis
 
-from . import events, recovery, titles
+from .. import events
+from . import recovery, titles
 from . import log as logsetup
-from .connection import make_redis
-from .errors import EXIT_REDIS_ERROR, QueuedError
+from ..connection import make_redis
+from ..errors import EXIT_REDIS_ERROR, QueuedError
 from .heartbeat import Heartbeat, new_identity
-from .keys import Keys
+from ..keys import Keys
 from .scheduler import Scheduler
 from .slots import Notes, SlotTable, SlotWriter, Watch
 from .waker import Waker
 from .children import Children, Exit
 from .worker import Worker, note_labels
 
-log = logging.getLogger("queued.master")
+log = logging.getLogger("queued.server.master")
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGTSTP, signal.SIGTTIN,
            signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR2)

@@ -22,10 +22,11 @@ from typing import Sequence
 import psutil
 import redis
 
-from . import __version__, recovery
-from .keys import Keys
+from .. import __version__
+from . import recovery
+from ..keys import Keys
 from .log import pid_tag
-from .payload import jid_of
+from ..payload import jid_of
 from .slots import SlotView, stored_jid
 
 #: TTL of the process record and of the dated stat keys (Sidekiq's values).

@@ -164,7 +164,7 @@ class JobLog:
     """The ``done`` line of every finished job (see the module header). ``bind()`` after the
     handlers are final (in the worker, after fork, and after a reopen)."""
 
-    def __init__(self, name: str = "queued.worker"):
+    def __init__(self, name: str = "queued.server.worker"):
         self.logger = logging.getLogger(name)
         self.fd: int | None = None
         self.formatter: Formatter | None = None

@@ -13,8 +13,8 @@ import os
 import traceback
 from types import TracebackType
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_ALARM = os.path.join(_PACKAGE, "timeout.py")
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # queued/
+_ALARM = os.path.join(_PACKAGE, "server", "timeout.py")
 
 
 def _ours(frame: traceback.FrameSummary) -> bool:

@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .payload import CRASHES, dumps
+from ..payload import CRASHES, dumps
 
 log = logging.getLogger(__name__)
 

@@ -27,16 +27,17 @@ from typing import NamedTuple, Sequence
 
 import redis
 
-from . import activejob, events, retry
-from . import payload as codec
-from .connection import FAIL, REQUEUE
-from .errors import JobTimeout, PayloadError, QueuedError, WorkerKilled
+from .. import events
+from . import activejob, retry
+from .. import payload as codec
+from ..connection import FAIL, REQUEUE
+from ..errors import JobTimeout, PayloadError, QueuedError, WorkerKilled
 from .fetch import REFUSED, WRITTEN, Reservation, failure_call, split_member
-from .job import registry
-from .keys import Keys
+from ..job import registry
+from ..keys import Keys
 from .slots import stored_jid
 
-log = logging.getLogger("queued.recovery")
+log = logging.getLogger("queued.server.recovery")
 
 
 class Stuck(QueuedError):

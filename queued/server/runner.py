@@ -18,16 +18,17 @@ from typing import Callable
 
 import redis
 
-from . import activejob, events, retry
+from .. import events
+from . import activejob, retry
 from . import log as logsetup
-from . import payload as codec
-from .errors import PayloadError, UnknownJobClass
+from .. import payload as codec
+from ..errors import PayloadError, UnknownJobClass
 from .fetch import GONE, REFUSED, Fetcher, Reservation
-from .job import registry
-from .middleware import server_middleware
+from ..job import registry
+from ..middleware import server_middleware
 from .timeout import job_timeout
 
-log = logging.getLogger("queued.worker")
+log = logging.getLogger("queued.server.worker")
 
 #: A job class whose recent runs took this long (or is new) counts as possibly slow: the acks of
 #: the jobs finished before it are written before it starts (see _release_finished).

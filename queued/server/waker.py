@@ -34,10 +34,10 @@ from typing import Sequence
 
 import redis
 
-from .keys import Keys
+from ..keys import Keys
 from .slots import Watch
 
-log = logging.getLogger("queued.waker")
+log = logging.getLogger("queued.server.waker")
 
 #: Seconds between attempts to set tracking up again after it failed or broke.
 RETRY_SETUP = 5.0
