@@ -1,8 +1,9 @@
-"""Redis clients and the Lua script registry.
+"""Redis clients, and Lua scripts run by SHA.
 
 Every process makes its own clients after fork (a socket shared between processes would
 interleave replies). Scripts are called with EVALSHA and fall back to EVAL on NOSCRIPT, which
-happens after a Redis restart or SCRIPT FLUSH.
+happens after a Redis restart or SCRIPT FLUSH. Each wing keeps its own scripts beside its code
+(queued/server/lua/ for the daemon's) and makes its ``Script`` objects there.
 """
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from typing import Any, Sequence
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-
-_LUA_DIR = os.path.join(os.path.dirname(__file__), "server", "lua")
 
 #: Seconds a command may take before the socket read gives up. Blocking fetches add their
 #: own block time on top (see fetch.py).
@@ -34,10 +33,10 @@ def make_redis(url: str, *, socket_timeout: float | None = SOCKET_TIMEOUT, name:
 
 
 class Script:
-    """One Lua file, loaded lazily, run by SHA."""
+    """One Lua file (``directory``/``name``.lua), run by SHA."""
 
-    def __init__(self, name: str):
-        with open(os.path.join(_LUA_DIR, name + ".lua"), "rb") as f:
+    def __init__(self, directory: str, name: str):
+        with open(os.path.join(directory, name + ".lua"), "rb") as f:
             self.source = f.read()
         self.name = name
         self.sha = hashlib.sha1(self.source).hexdigest()
@@ -54,11 +53,3 @@ class Script:
 
     def eval_command(self, keys: Sequence, args: Sequence = ()) -> tuple:
         return ("EVAL", self.source, len(keys), *keys, *args)
-
-
-RESERVE = Script("reserve")
-FAIL = Script("fail")
-REQUEUE = Script("requeue")
-DUE = Script("due")
-ENQUEUE_DUE = Script("enqueue_due")
-RENEW_LEADER = Script("renew_leader")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from queued.connection import RESERVE
+from queued.server.scripts import RESERVE
 from queued.keys import Keys
 
 from conftest import FETCH_IDENTITY, job

@@ -31,7 +31,7 @@ import redis
 
 from .. import connection
 from . import retry
-from ..connection import FAIL, RESERVE
+from .scripts import FAIL, RESERVE
 from ..keys import Keys
 
 log = logging.getLogger("queued.server.fetch")

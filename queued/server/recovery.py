@@ -30,7 +30,7 @@ import redis
 from .. import events
 from . import activejob, retry
 from .. import payload as codec
-from ..connection import FAIL, REQUEUE
+from .scripts import FAIL, REQUEUE
 from ..errors import JobTimeout, PayloadError, QueuedError, WorkerKilled
 from .fetch import REFUSED, WRITTEN, Reservation, failure_call, split_member
 from ..job import registry

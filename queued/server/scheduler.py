@@ -29,7 +29,7 @@ import time
 import redis
 
 from .. import payload as codec
-from ..connection import DUE, ENQUEUE_DUE, RENEW_LEADER
+from .scripts import DUE, ENQUEUE_DUE, RENEW_LEADER
 from ..errors import PayloadError
 from ..keys import Keys
 from ..middleware import client_middleware

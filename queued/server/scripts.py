@@ -1,0 +1,16 @@
+"""The daemon's Lua scripts (queued/server/lua/), one per atomic step of a job's path; each
+file's header names its KEYS and ARGV."""
+from __future__ import annotations
+
+import os
+
+from ..connection import Script
+
+_LUA = os.path.join(os.path.dirname(__file__), "lua")
+
+RESERVE = Script(_LUA, "reserve")
+FAIL = Script(_LUA, "fail")
+REQUEUE = Script(_LUA, "requeue")
+DUE = Script(_LUA, "due")
+ENQUEUE_DUE = Script(_LUA, "enqueue_due")
+RENEW_LEADER = Script(_LUA, "renew_leader")
