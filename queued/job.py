@@ -337,6 +337,7 @@ class Setter:
             if key in _WRITTEN_BY_PUSH:
                 raise TypeError(f"{owner}: extra cannot set {key!r}: the push writes it")
         _client.check_json(owner, extra, "extra")
+
     @property
     def options(self) -> dict[str, Any]:
         return dict(self._opts)

@@ -472,4 +472,3 @@ class Master:
                 err, (redis.ConnectionError, redis.TimeoutError, OSError))
                 else "Redis refused a command")
             log.error("%s (%s: %s); retrying with backoff", what_happened, what, err)
-

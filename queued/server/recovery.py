@@ -104,7 +104,8 @@ def _requeue(r: redis.Redis, keys: Keys, owner: str, identity: str, slots: Seque
 
 
 def requeue_slot(r: redis.Redis, keys: Keys, identity: str, slot: int, queues: Sequence[str],
-                 replace: dict[bytes, str | bytes] | None = None, keep: Sequence[bytes] = ()) -> int:
+                 replace: dict[bytes, str | bytes] | None = None,
+                 keep: Sequence[bytes] = ()) -> int:
     """Everything one slot holds goes back to the head of its queue, earliest first, except
     the members in ``keep``; a member in ``replace`` goes back as the payload given there.
     Raises Stuck if some job could go nowhere (it stays in the slot)."""

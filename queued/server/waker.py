@@ -156,8 +156,8 @@ class Waker:
                 pass  # read again at the next step
         if not wake:
             self.pending.clear()
-        elif self.pending and (news or idle_news or
-                             (self.retry_at is not None and now >= self.retry_at)):
+        elif self.pending and (news or idle_news
+                               or (self.retry_at is not None and now >= self.retry_at)):
             self.retry_at = None
             try:
                 self._wake(now)
