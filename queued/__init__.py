@@ -12,7 +12,8 @@ Producer and job API::
 """
 __version__ = "0.1.0"
 
-from .client import Client, configure, default_client, get_redis, strict_args  # noqa: E402
+from .arguments import strict_args  # noqa: E402
+from .client import Client, configure, default_client, get_redis  # noqa: E402
 from .errors import JobArgumentsError, JobTimeout, QueuedError  # noqa: E402
 from .events import error_handlers, on  # noqa: E402
 from .job import Job, job, registry  # noqa: E402

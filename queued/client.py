@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import os
 import select
-import sys
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Mapping
 from typing import Any, Iterable
@@ -37,10 +35,10 @@ from typing import Any, Iterable
 import redis as redis_lib
 from redis.exceptions import ReadOnlyError, ResponseError
 
-from .errors import JobArgumentsError
 from .keys import Keys
 from .middleware import Chain, client_middleware
-from .payload import Unsafe, dumps, new_jid, plainly_json, unsafe_values
+from .arguments import check_args
+from .payload import dumps, new_jid
 
 #: The clock every push reads (created_at, enqueued_at, at <= now). Tests may replace it.
 clock = time.time
@@ -52,94 +50,6 @@ BULK_BATCH = 1000
 _ARGS_MARK = "\0queued:args\0"
 _JID_MARK = "\0queued:jid\0"
 _RETRYABLE = ("READONLY", "NOREPLICAS", "UNBLOCKED")  # Sidekiq reconnects once on these
-
-
-# --- strict arguments ---------------------------------------------------------------------------
-#
-# Sidekiq 7's strict_args!: a push refuses arguments that JSON would not give back as they are
-# ({1: 2} read back is {"1": 2}, a tuple is a list, an IntEnum an int), naming the value's place,
-# instead of the job finding out in production. The check is in normalize (where Sidekiq's
-# verify_json is), before client middleware, and looks only at "args", as Sidekiq's does.
-
-_STRICT_MODES = ("raise", "warn", None)
-_strict_mode: str | None = "raise"
-
-
-class ArgumentsWarning(UserWarning):
-    """Pushed arguments JSON changes (``strict_args("warn")``). Python shows one per place in
-    the code that pushes; ``logging.captureWarnings(True)`` sends them to the log."""
-
-
-def strict_args(mode: str | bool | None = "raise") -> str | None:
-    """How pushes treat arguments JSON would not give back unchanged, for the whole process;
-    returns the mode that was in force. Like Sidekiq 7's ``Sidekiq.strict_args!(mode)``:
-
-    - ``"raise"`` (the default, also ``True``): ``JobArgumentsError`` naming the value's place;
-    - ``"warn"``: push them as JSON writes them, with an ``ArgumentsWarning``;
-    - ``False`` (or ``None``): push without looking.
-
-    Values JSON cannot write at all (a datetime, a set, bytes, NaN) fail in every mode: with
-    "raise" and "warn" a ``JobArgumentsError`` names their place, with False json's own
-    TypeError or ValueError does not. A switch for the process, not per client or per class:
-    set it once where the application starts, as Sidekiq's initializer does."""
-    global _strict_mode
-    if mode is True:
-        mode = "raise"
-    elif mode is False:
-        mode = None
-    if mode not in _STRICT_MODES:
-        raise ValueError(f'strict_args takes "raise", "warn" or False, not {mode!r}')
-    previous, _strict_mode = _strict_mode, mode
-    return previous
-
-
-def check_args(msg: Mapping, args: list | None = None) -> None:
-    """Apply the strict_args mode to the arguments of the push of ``msg`` (its ``args``, or
-    ``args`` if given: a bulk push's list of argument lists, where ``args[2][0]`` is the first
-    argument of the third job)."""
-    if args is None:
-        args = msg["args"]
-    if _strict_mode is not None and not plainly_json(args):
-        job = msg.get("wrapped") or msg["class"]
-        _refuse(job, unsafe_values(args, "args"), "Job arguments")
-
-
-def check_json(owner: str, value: Any, path: str) -> None:
-    """check_args for a payload value of the caller's own (``Job.set(extra=...)``)."""
-    if _strict_mode is not None and not plainly_json([value]):
-        _refuse(owner, unsafe_values(value, path), "Payload values")
-
-
-def _refuse(owner: str, found: Iterable[Unsafe], what: str) -> None:
-    """Raise (or, in "warn" mode, warn) about the values ``found`` that JSON changes; values
-    it cannot write at all are an error in every mode."""
-    plain = (f"{what} must be plain JSON: str, int, float, bool, None, lists, and dicts with "
-             "str keys")
-    changed = None
-    for unsafe in found:
-        if unsafe.fatal:
-            raise JobArgumentsError(f"{owner} {unsafe}. {plain}")
-        if _strict_mode == "raise":
-            raise JobArgumentsError(f"{owner} {unsafe}. {plain} ({_RELAX})")
-        if changed is None:
-            changed = unsafe
-    if changed is not None:
-        warnings.warn(f"{owner} {changed}. {plain}", ArgumentsWarning, stacklevel=_callers_level())
-
-
-_RELAX = ('queued.strict_args("warn") or queued.strict_args(False) lets such values through '
-          'as JSON writes them')
-
-
-def _callers_level() -> int:
-    """The stacklevel of the first frame outside queued, so a warning names the caller's line
-    (Python 3.12's skip_file_prefixes does this; 3.10 and 3.11 have no such thing)."""
-    level, frame = 1, sys._getframe(1)
-    package = __name__.rpartition(".")[0] + "."
-    while frame is not None and (frame.f_globals.get("__name__") or "").startswith(package):
-        level += 1
-        frame = frame.f_back
-    return level
 
 
 def _is_number(v: Any) -> bool:

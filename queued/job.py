@@ -31,6 +31,7 @@ import warnings
 from typing import Any, Callable
 
 from . import client as _client
+from .arguments import check_json
 
 #: Options a job class may set in ``queued_options``.
 OPTION_KEYS = frozenset(
@@ -336,7 +337,7 @@ class Setter:
                 raise TypeError(f"{owner}: give {key!r} as set({key}=...), not in extra")
             if key in _WRITTEN_BY_PUSH:
                 raise TypeError(f"{owner}: extra cannot set {key!r}: the push writes it")
-        _client.check_json(owner, extra, "extra")
+        check_json(owner, extra, "extra")
 
     @property
     def options(self) -> dict[str, Any]:

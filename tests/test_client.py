@@ -485,7 +485,7 @@ def test_strict_args_check_every_job_of_a_bulk_push_before_writing_any(default_c
 
 def test_strict_args_warn_pushes_what_json_writes_with_one_warning(default_client, r, strict_mode):
     assert strict_mode("warn") == "raise"  # returns the mode it replaces
-    with pytest.warns(queued.client.ArgumentsWarning) as caught:
+    with pytest.warns(queued.arguments.ArgumentsWarning) as caught:
         jid = CliPlainWorker.perform_async((1, 2), {1: 2})
     (warning,) = caught
     assert str(warning.message) == ("CliPlainWorker args[0]: (1, 2): a tuple: JSON would turn "

@@ -12,7 +12,7 @@ import reprlib
 
 import pytest
 
-from queued import payload
+from queued import arguments, payload
 from queued.errors import PayloadError, QueuedError
 
 # A real Sidekiq 6.4.1 push (SIDEKIQ_FORMAT.md section 2).
@@ -223,8 +223,8 @@ _CHANGED_OR_UNWRITABLE = [
 @pytest.mark.parametrize("value", _PLAIN_VALUES + _CHANGED_OR_UNWRITABLE, ids=reprlib.repr)
 def test_plainly_json_says_yes_exactly_when_the_walk_finds_nothing(value, jobs):
     args = [["x", value, 1]] * jobs if jobs > 1 else ["x", value, 1]
-    found = list(payload.unsafe_values(args))
-    assert payload.plainly_json(args) is (not found)
+    found = list(arguments.unsafe_values(args))
+    assert arguments.plainly_json(args) is (not found)
     assert (not found) is any(value is v for v in _PLAIN_VALUES)
 
 
@@ -232,5 +232,5 @@ def test_plainly_json_leaves_nesting_past_its_depth_to_the_walk():
     deep: object = 1
     for _ in range(150):
         deep = [deep]
-    assert payload.plainly_json([deep] * 40) is False  # "look closer"
-    assert list(payload.unsafe_values([deep])) == []  # and closer, nothing is wrong
+    assert arguments.plainly_json([deep] * 40) is False  # "look closer"
+    assert list(arguments.unsafe_values([deep])) == []  # and closer, nothing is wrong
