@@ -1,6 +1,6 @@
 """queued.server.activejob: Rails' ActiveJob payloads (Sidekiq adapter) unwrapped for a Python job.
 (The real Rails side is in tests/interop/test_activejob.py.)"""
-from queued.server import activejob
+from queued import activejob
 
 
 def aj(*arguments):

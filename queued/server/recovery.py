@@ -28,7 +28,8 @@ from typing import NamedTuple, Sequence
 import redis
 
 from .. import events
-from . import activejob, retry
+from .. import activejob
+from . import retry
 from .. import payload as codec
 from .scripts import FAIL, REQUEUE
 from ..errors import JobTimeout, PayloadError, QueuedError, WorkerKilled

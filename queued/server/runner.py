@@ -19,7 +19,8 @@ from typing import Callable
 import redis
 
 from .. import events
-from . import activejob, retry
+from .. import activejob
+from . import retry
 from . import log as logsetup
 from .. import payload as codec
 from ..errors import PayloadError, UnknownJobClass

@@ -1,0 +1,295 @@
+"""The operator's Python API (``queued.api``): what Sidekiq's ``api.rb`` gives, for Python, on
+the same Redis the Ruby side uses, Sidekiq's own processes included.
+
+    from queued import api
+    admin = api.Admin(url="redis://...")            # or api.Admin(redis_client, namespace=...)
+    admin.stats()                                   # Sidekiq::Stats' numbers
+    admin.queue("default").latency()
+    admin.dead.retry_all(api.Filter.of(klass="Billing::InvoiceJob", error="Timeout"))
+    for p in admin.processes(): p.quiet()
+
+Reads only what the daemon writes and writes only through guarded steps (jobsets.py); the
+daemon never imports this (Sidekiq keeps api.rb apart from its server the same way).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis as redis_lib
+
+from ..connection import make_redis
+from ..keys import Keys
+from ..payload import job_class_name
+from .entries import Entry, Filter
+from .jobsets import JobSet
+from .queues import Queue, latency_of
+
+__all__ = ["Admin", "Stats", "Process", "Running", "Queue", "JobSet", "Entry", "Filter"]
+
+#: A remote signal left unread for this long is dropped (Sidekiq's EXPIRE on the list).
+SIGNAL_TTL = 60
+
+
+class Admin:
+    """A handle on one Redis (and namespace) holding Sidekiq-format jobs."""
+
+    def __init__(self, redis: redis_lib.Redis | None = None, *, url: str | None = None,
+                 namespace: str | None = None):
+        if redis is None:
+            redis = make_redis(url or os.environ.get("REDIS_URL") or
+                               "redis://127.0.0.1:6379/0", name="queued-admin")
+        self.r = redis
+        self.keys = Keys(namespace)
+        self.scheduled = JobSet(redis, self.keys, "schedule")
+        self.retries = JobSet(redis, self.keys, "retry")
+        self.dead = JobSet(redis, self.keys, "dead")
+
+    def jobset(self, name: str) -> JobSet:
+        """``scheduled``/``schedule``, ``retry``/``retries`` or ``dead`` by name."""
+        sets = {"schedule": self.scheduled, "scheduled": self.scheduled, "retry": self.retries,
+                "retries": self.retries, "dead": self.dead, "morgue": self.dead}
+        if name not in sets:
+            raise ValueError(f"no job set named {name!r} (schedule, retry or dead)")
+        return sets[name]
+
+    # --- stats ------------------------------------------------------------------------------
+    def stats(self) -> Stats:
+        """The numbers ``Sidekiq::Stats`` gives on the same Redis (its fast and slow parts)."""
+        k = self.keys
+        pipe = self.r.pipeline(transaction=False)
+        for name in ("processed", "failed"):
+            pipe.get(k.stat(name))
+        for key in (k.schedule, k.retry, k.dead):
+            pipe.zcard(key)
+        pipe.scard(k.processes)
+        pipe.lindex(k.queue("default"), -1)
+        processed, failed, scheduled, retries, dead, procs, oldest = pipe.execute()
+        identities = [i.decode() for i in self.r.sscan_iter(k.processes)]
+        names = sorted(n.decode() for n in self.r.sscan_iter(k.queues))
+        pipe = self.r.pipeline(transaction=False)
+        for identity in identities:
+            pipe.hget(k.process(identity), "busy")
+        for name in names:
+            pipe.llen(k.queue(name))
+        found = pipe.execute()
+        sizes = dict(zip(names, (int(n) for n in found[len(identities):])))
+        return Stats(processed=_int(processed), failed=_int(failed), scheduled_size=scheduled,
+                     retry_size=retries, dead_size=dead, processes_size=procs,
+                     default_queue_latency=latency_of(oldest),
+                     workers_size=sum(_int(b) for b in found[:len(identities)]),
+                     enqueued=sum(sizes.values()), queues=sizes)
+
+    def history(self, days: int = 7, start: float | None = None) -> list[tuple[str, int, int]]:
+        """(UTC day, processed, failed) for ``days`` days back from ``start`` (today),
+        newest first (Sidekiq's Stats::History)."""
+        start = time.time() if start is None else start
+        dates = [Keys.utc_day(start - i * 86400) for i in range(days)]
+        processed = self.r.mget([self.keys.stat("processed", d) for d in dates])
+        failed = self.r.mget([self.keys.stat("failed", d) for d in dates])
+        return [(d, _int(p), _int(f)) for d, p, f in zip(dates, processed, failed)]
+
+    # --- queues -----------------------------------------------------------------------------
+    def queue(self, name: str) -> Queue:
+        return Queue(self.r, self.keys, name)
+
+    def queues(self) -> list[Queue]:
+        """Every queue in ``queues``, by name (Sidekiq's Queue.all)."""
+        return [Queue(self.r, self.keys, n.decode())
+                for n in sorted(self.r.sscan_iter(self.keys.queues))]
+
+    def paused(self) -> list[str]:
+        return sorted(n.decode() for n in self.r.smembers(self.keys.paused))
+
+    # --- processes --------------------------------------------------------------------------
+    def processes(self) -> list[Process]:
+        """Every live process (queued's and Sidekiq's) in ``processes``, by identity. A member
+        whose record expired (it died without leaving) is skipped, not removed."""
+        identities = sorted(i.decode() for i in self.r.sscan_iter(self.keys.processes))
+        pipe = self.r.pipeline(transaction=False)
+        for identity in identities:
+            pipe.hmget(self.keys.process(identity), *_PROCESS_FIELDS)
+        out = []
+        for identity, values in zip(identities, pipe.execute()):
+            if values[0] is not None:
+                out.append(Process.from_hash(self, identity, dict(zip(_PROCESS_FIELDS, values))))
+        return out
+
+    def process(self, identity: str) -> Process | None:
+        return next((p for p in self.processes() if p.identity == identity), None)
+
+    def signal_all(self, signal_name: str) -> int:
+        """Send TSTP (quiet), TERM (stop) or TTIN (dump) to every live process."""
+        procs = self.processes()
+        for p in procs:
+            p.signal(signal_name)
+        return len(procs)
+
+    def running(self, now: float | None = None) -> list[Running]:
+        """The jobs running now, as the processes' last heartbeats say (Sidekiq's WorkSet)."""
+        now = time.time() if now is None else now
+        procs = self.processes()
+        pipe = self.r.pipeline(transaction=False)
+        for p in procs:
+            pipe.hgetall(self.keys.workers(p.identity))
+        out = []
+        for p, work in zip(procs, pipe.execute()):
+            for tid, value in sorted(work.items()):
+                out.append(Running.from_work(p.identity, tid.decode(), value, now))
+        return out
+
+
+@dataclass(frozen=True)
+class Stats:
+    processed: int
+    failed: int
+    scheduled_size: int
+    retry_size: int
+    dead_size: int
+    processes_size: int
+    default_queue_latency: float
+    workers_size: int
+    enqueued: int
+    queues: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"processed": self.processed, "failed": self.failed,
+                "scheduled": self.scheduled_size, "retries": self.retry_size,
+                "dead": self.dead_size, "processes": self.processes_size,
+                "busy": self.workers_size, "enqueued": self.enqueued,
+                "default_latency": self.default_queue_latency, "queues": self.queues}
+
+
+_PROCESS_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us")
+
+
+@dataclass
+class Process:
+    admin: Admin = field(repr=False)
+    identity: str
+    info: dict
+    busy: int
+    beat: float | None
+    is_quiet: bool
+    rss_kb: int | None
+    rtt_us: int | None
+
+    @classmethod
+    def from_hash(cls, admin: Admin, identity: str, values: dict) -> Process:
+        try:
+            info = json.loads(values["info"])
+        except (TypeError, ValueError):
+            info = {}
+        return cls(admin, identity, info if isinstance(info, dict) else {}, _int(values["busy"]),
+                   _float(values["beat"]), values["quiet"] == b"true",
+                   _int(values["rss"]) if values["rss"] is not None else None,
+                   _int(values["rtt_us"]) if values["rtt_us"] is not None else None)
+
+    @property
+    def hostname(self) -> str:
+        return str(self.info.get("hostname", ""))
+
+    @property
+    def pid(self) -> int | None:
+        return self.info.get("pid")
+
+    @property
+    def concurrency(self) -> int:
+        return _int(self.info.get("concurrency"))
+
+    @property
+    def queues(self) -> list[str]:
+        return list(self.info.get("queues") or [])
+
+    @property
+    def tag(self) -> str:
+        return str(self.info.get("tag") or "")
+
+    @property
+    def started_at(self) -> float | None:
+        return _float(self.info.get("started_at"))
+
+    @property
+    def version(self) -> str:
+        return str(self.info.get("version") or "")
+
+    def signal(self, signal_name: str) -> None:
+        """What Sidekiq's quiet!/stop!/dump_threads do: push the signal's name where the
+        process reads it on its next heartbeat (a minute at most, then dropped)."""
+        if signal_name not in ("TSTP", "USR1", "TERM", "TTIN"):
+            raise ValueError(f"not a remote signal: {signal_name!r} (TSTP, TERM or TTIN)")
+        key = self.admin.keys.signals(self.identity)
+        pipe = self.admin.r.pipeline(transaction=True)
+        pipe.lpush(key, signal_name)
+        pipe.expire(key, SIGNAL_TTL)
+        pipe.execute()
+
+    def quiet(self) -> None:
+        self.signal("TSTP")
+
+    def stop(self) -> None:
+        self.signal("TERM")
+
+    def dump(self) -> None:
+        self.signal("TTIN")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"identity": self.identity, "hostname": self.hostname, "pid": self.pid,
+                "tag": self.tag, "version": self.version, "started_at": self.started_at,
+                "concurrency": self.concurrency, "busy": self.busy, "queues": self.queues,
+                "quiet": self.is_quiet, "beat": self.beat, "rss_kb": self.rss_kb,
+                "rtt_us": self.rtt_us}
+
+
+@dataclass(frozen=True)
+class Running:
+    identity: str
+    tid: str
+    queue: str
+    run_at: float | None
+    runtime: float | None
+    entry: Entry
+
+    @classmethod
+    def from_work(cls, identity: str, tid: str, value: bytes, now: float) -> Running:
+        try:
+            work = json.loads(value)
+        except ValueError:
+            work = {}
+        payload = work.get("payload") if isinstance(work, dict) else None
+        # Sidekiq 6 writes the payload as a JSON string, 7+ as an object.
+        raw = (payload.encode() if isinstance(payload, str) else
+               json.dumps(payload or {}).encode())
+        run_at = _float(work.get("run_at")) if isinstance(work, dict) else None
+        if run_at is not None and run_at > 1e11:  # Sidekiq 8: milliseconds
+            run_at /= 1000
+        queue = str(work.get("queue") or "") if isinstance(work, dict) else ""
+        return cls(identity, tid, queue, run_at, None if run_at is None else now - run_at,
+                   Entry(raw, None, f"queue:{queue}"))
+
+    def as_dict(self) -> dict[str, Any]:
+        e = self.entry
+        return {"identity": self.identity, "tid": self.tid, "queue": self.queue,
+                "jid": e.jid, "class": e.klass, "args": e.args, "run_at": self.run_at,
+                "runtime": self.runtime}
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+# (job_class_name is the class Sidekiq's Web UI shows: used by queuedctl's tables)
+display_class = job_class_name

@@ -1,0 +1,161 @@
+"""A job as an operator sees it (``Entry``: a member of a queue or a sorted set, parsed lazily),
+and what to pick jobs by (``Filter``: class, queue, error text, argument text, jids).
+
+Pure: no Redis here. ``jobsets.py`` and ``queues.py`` make entries from what Redis returns.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Iterable
+
+from .. import activejob
+from ..payload import job_class_name, to_epoch
+
+_PLAIN = re.compile(r"[A-Za-z0-9_.@-]+")
+
+
+class Entry:
+    """One job where it sits: ``raw`` is the member exactly as stored (acting on it removes
+    exactly these bytes), ``score`` its zset score (when it runs, failed or died), ``source``
+    the key's role (``schedule``, ``retry``, ``dead`` or ``queue:<name>``)."""
+
+    __slots__ = ("raw", "score", "source", "__dict__")
+
+    def __init__(self, raw: bytes, score: float | None, source: str):
+        self.raw = raw
+        self.score = score
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"<Entry {self.source} {self.jid} {self.klass}>"
+
+    @cached_property
+    def msg(self) -> dict | None:
+        """The job as a dict, or None when the member is not a JSON object (an unusable
+        element sent to dead as it came)."""
+        try:
+            msg = json.loads(self.raw)
+        except ValueError:
+            return None
+        return msg if isinstance(msg, dict) else None
+
+    def _get(self, key: str, default: Any = None) -> Any:
+        msg = self.msg
+        return default if msg is None else msg.get(key, default)
+
+    @property
+    def jid(self) -> str:
+        jid = self._get("jid")
+        return jid if isinstance(jid, str) else ""
+
+    @property
+    def klass(self) -> str:
+        """The class to show: ActiveJob's wrapped class or a display_class, else ``class``."""
+        return job_class_name(self.msg) if self.msg is not None else "?"
+
+    @property
+    def queue(self) -> str:
+        queue = self._get("queue")
+        if self.source.startswith("queue:"):
+            return self.source[len("queue:"):]
+        return queue if isinstance(queue, str) and queue else "default"
+
+    @property
+    def args(self) -> list:
+        """The arguments to show (ActiveJob's unwrapped, as Sidekiq's Web UI shows them)."""
+        msg = self.msg
+        if msg is None:
+            return []
+        if activejob.is_wrapped(msg):
+            args, kwargs = activejob.arguments(msg)
+            return [*args, kwargs] if kwargs else args
+        args = msg.get("args")
+        return args if isinstance(args, list) else []
+
+    @property
+    def error_class(self) -> str:
+        return str(self._get("error_class") or "")
+
+    @property
+    def error_message(self) -> str:
+        return str(self._get("error_message") or "")
+
+    @property
+    def retry_count(self) -> int | None:
+        count = self._get("retry_count")
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+    def epoch(self, key: str) -> float | None:
+        """A timestamp field as float epoch seconds (Sidekiq 8's integer milliseconds too)."""
+        return to_epoch(self._get(key))
+
+    @property
+    def enqueued_at(self) -> float | None:
+        return self.epoch("enqueued_at")
+
+    def as_dict(self) -> dict:
+        """What ``queuedctl ... --json`` prints for a job: the payload and where it sits."""
+        return {"source": self.source, "score": self.score, "jid": self.jid,
+                "class": self.klass, "queue": self.queue, "args": self.args,
+                "error_class": self.error_class or None,
+                "error_message": self.error_message or None,
+                "retry_count": self.retry_count,
+                "payload": self.msg if self.msg is not None else
+                self.raw.decode("utf-8", "replace")}
+
+
+@dataclass(frozen=True)
+class Filter:
+    """What to pick jobs by; every given criterion must hold. ``klass``: the class or the
+    shown (ActiveJob wrapped) class, exactly; ``queue``: exactly; ``error``: a substring of
+    error_class or error_message, any case; ``arg``: a substring of the arguments as JSON;
+    ``jids``: one of these jids."""
+
+    klass: str | None = None
+    queue: str | None = None
+    error: str | None = None
+    arg: str | None = None
+    jids: frozenset[str] | None = None
+
+    @classmethod
+    def of(cls, *, klass=None, queue=None, error=None, arg=None,
+           jids: Iterable[str] | None = None) -> Filter:
+        return cls(klass, queue, error, arg, frozenset(jids) if jids else None)
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.klass, self.queue, self.error, self.arg,
+                                           self.jids))
+
+    def matches(self, entry: Entry) -> bool:
+        if self.jids is not None and entry.jid not in self.jids:
+            return False
+        if self.klass is not None and self.klass not in (entry.klass, entry._get("class")):
+            return False
+        if self.queue is not None and entry.queue != self.queue:
+            return False
+        if self.error is not None:
+            text = f"{entry.error_class}: {entry.error_message}".lower()
+            if self.error.lower() not in text:
+                return False
+        if self.arg is not None and self.arg not in json.dumps(
+                entry.args, ensure_ascii=False, separators=(",", ":")):
+            return False
+        return True
+
+    def pattern(self) -> str | None:
+        """A ZSCAN/SCAN MATCH pattern every matching member fits (it narrows what Redis
+        sends), or None: the jid when there is one, else the argument text or the class."""
+        if self.jids is not None and len(self.jids) == 1:
+            return f"*{_glob_escape(next(iter(self.jids)))}*"
+        # Only text every JSON encoder writes the same way (no quotes, escapes, slashes,
+        # separators or spaces, whose spelling varies from producer to producer).
+        if self.arg is not None and _PLAIN.fullmatch(self.arg):
+            return f"*{self.arg}*"
+        return None
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -1,0 +1,199 @@
+"""The sorted sets of jobs: ``schedule``, ``retry`` and ``dead``, as Sidekiq's ScheduledSet,
+RetrySet and DeadSet: page through them, find a job, filter, and act on one job or on every
+match (retry now, delete, kill to dead, reschedule).
+
+Every action is atomic per job and guarded by the job's presence (admin/lua/move.lua): a job
+taken meanwhile by the scheduler, a worker or another admin is simply not acted on, so nothing
+is lost, done twice or left in two places. Bulk actions walk the set with ZSCAN (a job present
+from start to end is seen; one seen twice is harmless), decide in Python, and act in batches of
+``BATCH`` jobs per round trip: retrying 100,000 dead jobs is a few hundred round trips.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Iterable, Iterator
+
+import redis as redis_lib
+
+from ..connection import Script
+from ..payload import dumps, with_field
+from ..keys import Keys
+from .entries import Entry, Filter
+
+MOVE = Script(os.path.join(os.path.dirname(__file__), "lua"), "move")
+
+#: Jobs per round trip in a bulk action, and per ZSCAN call.
+BATCH = 500
+#: A kick (a dead job retried by hand) is counted in the job, as Beanstalkd's stats-job counts
+#: kicks; releases and buries are counted by the worker (job operations).
+KICKS = "kick_count"
+#: Sidekiq's dead-set bounds (the daemon's config may set others; the API writes Sidekiq's).
+DEAD_TIMEOUT, DEAD_MAX_JOBS = 180 * 24 * 3600, 10_000
+
+Progress = Callable[[int, int], None]  # (examined so far, acted on so far)
+
+
+class JobSet:
+    """``schedule``, ``retry`` or ``dead``. Made by ``Admin.scheduled``/``retries``/``dead``."""
+
+    def __init__(self, r: redis_lib.Redis, keys: Keys, name: str):
+        self.r = r
+        self.keys = keys
+        self.name = name
+        self.key = getattr(keys, name)
+
+    def __repr__(self) -> str:
+        return f"<JobSet {self.name}>"
+
+    def size(self) -> int:
+        return int(self.r.zcard(self.key))
+
+    def page(self, offset: int = 0, limit: int = 25,
+             newest_first: bool | None = None) -> list[Entry]:
+        """``limit`` jobs from ``offset``: the soonest due first for schedule and retry, the
+        latest death first for dead (as Sidekiq's Web UI lists them)."""
+        newest_first = self.name == "dead" if newest_first is None else newest_first
+        fetch = self.r.zrevrange if newest_first else self.r.zrange
+        rows = fetch(self.key, offset, offset + limit - 1, withscores=True)
+        return [Entry(member, score, self.name) for member, score in rows]
+
+    def scan(self, where: Filter | None = None, *, limit: int | None = None,
+             progress: Progress | None = None) -> Iterator[Entry]:
+        """Every job (that matches ``where``), each at least once, without loading the set:
+        ZSCAN, narrowed by a MATCH pattern when the filter has one."""
+        where = where or Filter()
+        seen = matched = 0
+        for rows in self._zscan(where.pattern()):
+            for member, score in rows:
+                seen += 1
+                entry = Entry(member, score, self.name)
+                if where.matches(entry):
+                    matched += 1
+                    yield entry
+                    if limit is not None and matched >= limit:
+                        return
+            if progress:
+                progress(seen, matched)
+
+    def _zscan(self, pattern: str | None) -> Iterator[list]:
+        cursor = 0
+        while True:
+            cursor, rows = self.r.zscan(self.key, cursor, match=pattern, count=BATCH)
+            if rows:
+                yield rows
+            if cursor == 0:
+                return
+
+    def find(self, jid: str) -> Entry | None:
+        """The job with this jid (Sidekiq's find_job), or None."""
+        return next(self.scan(Filter.of(jids=[jid]), limit=1), None)
+
+    # --- one job ---------------------------------------------------------------------------
+    def retry(self, entry: Entry) -> bool:
+        """Push it to its queue now (Sidekiq's add_to_queue/retry). False if it was gone."""
+        return self._act("queue", [entry])[0] == 1
+
+    def delete(self, entry: Entry) -> bool:
+        return self._act("delete", [entry])[0] == 1
+
+    def kill(self, entry: Entry) -> bool:
+        """Move it to dead now (Sidekiq's kill), as it is."""
+        if self.name == "dead":
+            return False
+        return self._act("dead", [entry])[0] == 1
+
+    def reschedule(self, entry: Entry, at: float) -> bool:
+        """Run it at ``at`` (epoch) instead: it stays in this set with a new score."""
+        if self.name == "dead":
+            raise ValueError("a dead job is not rescheduled; retry it, or kill it again later")
+        return self._act("score", [entry], score=at)[0] == 1
+
+    # --- every match -----------------------------------------------------------------------
+    def retry_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
+        return self._bulk("queue", where, progress)
+
+    def delete_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
+        if not where:
+            # Nothing to pick by: the whole set goes, in one step, as Sidekiq's clear does.
+            return int(self.r.execute_command("EVAL", _CLEAR, 1, self.key))
+        return self._bulk("delete", where, progress)
+
+    def kill_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
+        if self.name == "dead":
+            return 0
+        return self._bulk("dead", where, progress)
+
+    def _bulk(self, action: str, where: Filter | None, progress: Progress | None) -> int:
+        """Act on every match, BATCH jobs per round trip; the number acted on. Bounded: the
+        walk sees each job present at its start once or twice and stops at the end of the
+        set (jobs added meanwhile may or may not be seen), so it always ends."""
+        done = examined = 0
+        batch: list[Entry] = []
+
+        def flush() -> None:
+            nonlocal done, batch
+            if batch:
+                done += self._act(action, batch)[0]
+                batch = []
+
+        def seen(count: int, _matched: int) -> None:
+            nonlocal examined
+            examined = count
+            flush()
+            if progress:
+                progress(examined, done)
+
+        for entry in self.scan(where, progress=seen):
+            batch.append(entry)
+        flush()
+        if progress:
+            progress(examined, done)
+        return done
+
+    # --- the script ------------------------------------------------------------------------
+    def _act(self, action: str, entries: Iterable[Entry], score: float = 0.0) -> list[int]:
+        """One move.lua call for ``entries``: [acted on, left (destination of another type)]."""
+        now = time.time()
+        keys = [self.key, self.keys.queues, self.keys.dead]
+        args: list = [action, repr(now), repr(now - DEAD_TIMEOUT), -DEAD_MAX_JOBS]
+        for entry in entries:
+            data, queue = self._written(action, entry, now, score)
+            keys.append(self.keys.queue(queue) if action == "queue" else self.key)
+            args += [entry.raw, data, queue]
+        done, left = MOVE(self.r, keys, args)
+        return [int(done), int(left)]
+
+    def _written(self, action: str, entry: Entry, now: float, score: float):
+        """(what move.lua writes for this job, its queue)."""
+        if action == "score":
+            return repr(float(score)), ""
+        if action != "queue":
+            return entry.raw, entry.queue
+        return self._to_queue(entry, now), entry.queue
+
+    def _to_queue(self, entry: Entry, now: float) -> bytes | str:
+        """The payload a job goes back to its queue with. A scheduled job keeps its bytes
+        (``enqueued_at`` added, as the scheduler does); a retried or dead one is re-encoded
+        as Sidekiq does: ``retry_count`` one lower (its next failure counts the same attempt
+        again), ``enqueued_at`` now; a dead one counts a kick."""
+        msg = entry.msg
+        if msg is None:
+            return entry.raw  # not a job: back in its queue as it was, to be rejected again
+        if self.name == "schedule" and "at" not in msg:
+            return with_field(entry.raw, msg, "enqueued_at", now)
+        msg = dict(msg)
+        msg.pop("at", None)
+        count = msg.get("retry_count")
+        if isinstance(count, int) and not isinstance(count, bool) and self.name != "schedule":
+            msg["retry_count"] = count - 1
+        if self.name == "dead":
+            kicks = msg.get(KICKS)
+            msg[KICKS] = (kicks if isinstance(kicks, int) and not isinstance(kicks, bool)
+                          else 0) + 1
+        msg["enqueued_at"] = now
+        return dumps(msg)
+
+
+# Sidekiq's JobSet#clear: the whole set, one command (UNLINK), the count it held.
+_CLEAR = "local n = redis.call('ZCARD', KEYS[1]); redis.call('UNLINK', KEYS[1]); return n"

@@ -1,0 +1,98 @@
+"""A queue as Sidekiq's ``Sidekiq::Queue`` sees it: size, latency, its jobs, clear; and pause,
+where Sidekiq Pro keeps it (the ``paused`` set), which every queued worker honours within one
+fetch round (the daemon watches the set and wakes its idle workers when it changes).
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Iterator
+
+import redis as redis_lib
+
+from ..payload import to_epoch
+from ..keys import Keys
+from .entries import Entry, Filter
+
+
+class Queue:
+    def __init__(self, r: redis_lib.Redis, keys: Keys, name: str):
+        self.r = r
+        self.keys = keys
+        self.name = name
+        self.key = keys.queue(name)
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name}>"
+
+    def size(self) -> int:
+        return int(self.r.llen(self.key))
+
+    def latency(self, now: float | None = None) -> float:
+        """Seconds the oldest job has waited (from its ``enqueued_at``; Sidekiq 8's integer
+        milliseconds too); 0 when the queue is empty."""
+        oldest = self.r.lindex(self.key, -1)
+        return latency_of(oldest, now)
+
+    def paused(self) -> bool:
+        return bool(self.r.sismember(self.keys.paused, self.name))
+
+    def pause(self) -> bool:
+        """Workers stop taking jobs from it (its jobs stay put). False if it was paused."""
+        return self.r.sadd(self.keys.paused, self.name) == 1
+
+    def unpause(self) -> bool:
+        return self.r.srem(self.keys.paused, self.name) == 1
+
+    def clear(self) -> int:
+        """Drop every job of the queue and the queue from ``queues``, in one step (Sidekiq's
+        Queue#clear); the number of jobs it held."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.llen(self.key)
+        pipe.unlink(self.key)
+        pipe.srem(self.keys.queues, self.name)
+        return int(pipe.execute()[0])
+
+    def page(self, offset: int = 0, limit: int = 25) -> list[Entry]:
+        """Jobs in the order they will run (the next one first)."""
+        end = -1 - offset
+        rows = self.r.lrange(self.key, max(end - limit + 1, -10**12), end) if limit else []
+        return [Entry(raw, None, f"queue:{self.name}") for raw in reversed(rows)]
+
+    def scan(self, where: Filter | None = None, *, limit: int | None = None,
+             batch: int = 1000) -> Iterator[Entry]:
+        """Every job (that matches ``where``), next to run first, a page at a time. A queue
+        moves while it is read: a job taken meanwhile may be skipped, one may be seen twice."""
+        where = where or Filter()
+        found, offset = 0, 0
+        while True:
+            rows = self.page(offset, batch)
+            for entry in rows:
+                if where.matches(entry):
+                    found += 1
+                    yield entry
+                    if limit is not None and found >= limit:
+                        return
+            if len(rows) < batch:
+                return
+            offset += batch
+
+    def find(self, jid: str) -> Entry | None:
+        return next(self.scan(Filter.of(jids=[jid]), limit=1), None)
+
+    def delete(self, entry: Entry) -> bool:
+        """Remove this job (these exact bytes) from the queue, if it is still there."""
+        return self.r.lrem(self.key, 1, entry.raw) == 1
+
+
+def latency_of(oldest: bytes | None, now: float | None = None) -> float:
+    """Sidekiq's Queue#latency for the job at the queue's head (None: empty)."""
+    if oldest is None:
+        return 0.0
+    now = time.time() if now is None else now
+    try:
+        msg = json.loads(oldest)
+    except ValueError:
+        return 0.0
+    enqueued = to_epoch(msg.get("enqueued_at")) if isinstance(msg, dict) else None
+    return max(0.0, now - enqueued) if enqueued is not None else 0.0
