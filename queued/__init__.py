@@ -18,7 +18,9 @@ from .errors import JobArgumentsError, JobTimeout, QueuedError  # noqa: E402
 from .events import error_handlers, on  # noqa: E402
 from .job import Job, job, registry  # noqa: E402
 from .middleware import client_middleware, server_middleware  # noqa: E402
+from .ops import bury, release, touch  # noqa: E402
 
 __all__ = ["Job", "job", "registry", "Client", "configure", "default_client", "get_redis",
            "strict_args", "client_middleware", "server_middleware", "on", "error_handlers",
-           "JobArgumentsError", "JobTimeout", "QueuedError", "__version__"]
+           "JobArgumentsError", "JobTimeout", "QueuedError", "release", "touch", "bury",
+           "__version__"]

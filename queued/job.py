@@ -28,9 +28,10 @@ import functools
 import numbers
 import threading
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from . import client as _client
+from . import ops
 from .arguments import check_json
 
 #: Options a job class may set in ``queued_options``.
@@ -220,6 +221,19 @@ class Job:
 
     def after_failed(self, exc: BaseException) -> None:
         """Called by the worker after perform() raised ``exc`` (timeouts included)."""
+
+    # --- job operations (ops.py: Beanstalkd's release, touch, bury) ---
+    def release(self, delay: float = 0.0) -> NoReturn:
+        """End this run without a failure; run the job again in ``delay`` seconds."""
+        ops.release(delay)
+
+    def touch(self) -> bool:
+        """Renew the lease that keeps this job from being recovered elsewhere (ops.touch)."""
+        return ops.touch()
+
+    def bury(self, reason: str = "") -> NoReturn:
+        """Send this job to dead now, on purpose."""
+        ops.bury(reason)
 
     @classmethod
     def retry_in(cls, count: int, exc: BaseException) -> float | None:

@@ -225,3 +225,38 @@ class Chatty(queued.Job):
         if fail:
             raise ValueError("chatty failed")
         _finish(self)
+
+
+class Releases(queued.Job):
+    """Releases itself on its first ``times`` runs (``delay`` seconds each), then finishes."""
+    queued_options = {"retry": 3}
+
+    def perform(self, delay=0, times=1):
+        _start(self)
+        _r().rpush(MSGS, __import__("json").dumps(self.msg))
+        if int(_r().hget(RUNS, self.jid)) <= times:
+            self.release(delay)
+        _finish(self)
+
+
+class Buries(queued.Job):
+    def perform(self, reason="not today"):
+        _start(self)
+        try:
+            self.bury(reason)
+        except Exception:  # noqa: BLE001 - bury must not be caught by this
+            _r().rpush("t:caught", self.jid)
+        _finish(self)
+
+
+class Touches(queued.Job):
+    """Runs ``seconds``, touching its lease every ``every`` seconds (or never: every=0)."""
+
+    def perform(self, seconds, every):
+        _start(self)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(min(every or seconds, max(0.0, end - time.monotonic())))
+            if every:
+                _r().rpush("t:touched", "1" if self.touch() else "0")
+        _finish(self)

@@ -69,13 +69,16 @@ def split_member(member: bytes) -> tuple[str, bytes]:
 
 
 def failure_call(keys: Keys, reserved_key: str, member: bytes, kind: str, score: float,
-                 payload: str | bytes, dead_timeout: int, dead_max_jobs: int) -> tuple[list, list]:
-    """KEYS and ARGV of fail.lua, for the worker (Fetcher.fail) and the master alike."""
-    target = keys.retry if kind == "retry" else keys.dead
+                 payload: str | bytes, dead_timeout: int, dead_max_jobs: int,
+                 queue: str = "") -> tuple[list, list]:
+    """KEYS and ARGV of fail.lua, for the worker (Fetcher.fail) and the master alike. Kinds:
+    retry, dead, drop; and a job's own release: later (to schedule), queue (to ``queue``)."""
+    target = {"retry": keys.retry, "later": keys.schedule,
+              "queue": keys.queue(queue)}.get(kind, keys.dead)
     trim = retry.dead_trim_bounds(score, dead_timeout, dead_max_jobs)
-    return ([reserved_key, target],
+    return ([reserved_key, target, keys.queues],
             [member, kind, repr(float(score)), payload, repr(trim.min_score_exclusive),
-             trim.rank_stop])
+             trim.rank_stop, queue])
 
 
 def fetch_orders(names: Sequence[str], weighted: Sequence[str], strict: bool, n: int,
@@ -403,12 +406,19 @@ class Fetcher:
                 self.reset_connection()
                 raise
 
-    def fail(self, res: Reservation, kind: str, score: float, payload: str | bytes) -> int:
-        """Move a failed job to retry or dead (or drop it) and release it, atomically.
+    def fail(self, res: Reservation, kind: str, score: float, payload: str | bytes,
+             queue: str = "") -> int:
+        """End a reservation other than with an ack, atomically: a failed job to retry or
+        dead (or dropped), a released one to later or to its ``queue`` (failure_call).
         WRITTEN, GONE or REFUSED (see there)."""
         keys, args = failure_call(self.keys, self.reserved_key, res.member, kind, score,
-                                  payload, self.dead_timeout, self.dead_max_jobs)
+                                  payload, self.dead_timeout, self.dead_max_jobs, queue)
         return int(self._script(FAIL, keys, args))
+
+    def renew_lease(self, lease_key: str, lease_ms: int) -> bool:
+        """Extend this worker's master's lease (a job's touch): True if it still had one.
+        XX: a lease already expired (and maybe reaped) is not brought back."""
+        return self._call("SET", lease_key, "1", "PX", lease_ms, "XX") is not None
 
     def close(self) -> None:
         try:

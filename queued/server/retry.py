@@ -123,6 +123,23 @@ def rejected(msg: dict, exc: BaseException, queue: str, now: float | None = None
     return Outcome("dead", now, msg)
 
 
+def buried(msg: dict, reason: str, queue: str, now: float | None = None) -> Outcome:
+    """A job that buried itself (ops.bury): the failure fields, ``error_class`` ``Buried`` and
+    the reason, straight to dead whatever retries it has (death handlers are not run: nothing
+    failed)."""
+    now = time.time() if now is None else now
+    msg = dict(msg)
+    msg.pop(CRASHES, None)
+    _write_failure_fields(msg, _Buried(reason), queue, now, [])
+    return Outcome("dead", now, msg)
+
+
+class _Buried(Exception):
+    """The error a buried job is recorded with (error_class ``Buried``)."""
+
+    error_class = "Buried"
+
+
 def describe(outcome: Outcome, max_retries: int = DEFAULT_MAX_RETRIES) -> str:
     """What happens next, for the log: ``retry 3/25 at 14:07:12Z``, ``dead``, ``dropped
     (retry: false)``."""

@@ -19,7 +19,7 @@ from typing import Callable
 import redis
 
 from .. import events
-from .. import activejob
+from .. import activejob, ops
 from . import retry
 from . import log as logsetup
 from .. import payload as codec
@@ -57,8 +57,12 @@ class Runner:
         self.joblog = joblog
         self.outage = outage        # the worker's "Redis is away: log once, back off" step
         self.stopping = stopping
-        #: Failures Redis refused to store (fail.lua): (reservation, kind, score, payload).
-        self.held: list[tuple[Reservation, str, float, str | bytes]] = []
+        #: Failures Redis refused to store (fail.lua): (reservation, kind, score, payload,
+        #: queue).
+        self.held: list[tuple[Reservation, str, float, str | bytes, str]] = []
+        self.lease_key = keys.lease(fetcher.identity)
+        self.lease_ms = int(config.lease_timeout * 1000)
+        ops.set_toucher(self._touch)
         self.next_held_retry = 0.0
         self.shapes: set[frozenset] = set()  # payload key sets seen without a jid (logged once)
         self._class_timeouts: dict[type, float | None] = {}
@@ -120,10 +124,14 @@ class Runner:
         logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], elapsed))
         if error is None:
             self._succeeded(res, job)
+        elif isinstance(error, ops.Release):
+            self._released(res, msg, error.delay)
+        elif isinstance(error, ops.Bury):
+            self._buried(res, msg, error.reason)
         else:
             self._failed(res, msg, cls, error)
             self._hook(job, "after_failed", error)
-        self.writer.end(error is not None)
+        self.writer.end(error is not None and not isinstance(error, ops.Release))
 
     def _succeeded(self, res: Reservation, job) -> None:
         claimed = self._claimed(res, True)
@@ -132,6 +140,31 @@ class Runner:
         self._hook(job, "after_succeeded")
         if self.config.job_logging:
             self.joblog.done()
+
+    def _touch(self) -> bool:
+        """ops.touch inside a job: renew the master's lease from here (see ops.py)."""
+        return self.fetcher.renew_lease(self.lease_key, self.lease_ms)
+
+    def _released(self, res: Reservation, msg: dict, delay: float) -> None:
+        """The job released itself: back to its queue now, or scheduled ``delay`` seconds
+        out; no failure counted, its release counted in the payload."""
+        now = time.time()
+        msg = {k: v for k, v in msg.items() if k != codec.CRASHES}
+        msg[ops.RELEASES] = _count(msg.get(ops.RELEASES)) + 1
+        if delay > 0:
+            log.info("released: runs again in %gs", delay)
+            self._record(res, "later", now + delay, codec.dumps(msg))
+        else:
+            msg["enqueued_at"] = now
+            log.info("released: back in queue %s", res.queue)
+            self._record(res, "queue", now, codec.dumps(msg), queue=res.queue)
+
+    def _buried(self, res: Reservation, msg: dict, reason: str) -> None:
+        """The job buried itself: to dead now, with the reason, its bury counted."""
+        outcome = retry.buried(msg, reason, res.queue)
+        outcome.msg[ops.BURIES] = _count(msg.get(ops.BURIES)) + 1
+        log.warning("buried: %s -> dead", reason)
+        self._record(res, "dead", outcome.score, outcome.payload)
 
     def _no_jid(self, queue: str, msg: dict) -> None:
         """A job without a jid runs under one made from its bytes (the master finds it by the
@@ -206,9 +239,9 @@ class Runner:
         """The reservation to ack or fail: a job started as it landed gets it only now."""
         return res if res.member else self.fetcher.claim(res.payload, succeeded)
 
-    def _record(self, res: Reservation, kind: str, score: float, data) -> None:
-        """Write a failure; during a Redis outage keep trying (the job stays reserved until
-        this succeeds, and the master requeues it if we exit first)."""
+    def _record(self, res: Reservation, kind: str, score: float, data, queue: str = "") -> None:
+        """Write a failure (or a release); during a Redis outage keep trying (the job stays
+        reserved until this succeeds, and the master requeues it if we exit first)."""
         claimed = self._claimed(res, False)
         if claimed is None:
             return  # not confirmed as ours: it is handed out again and runs again
@@ -216,7 +249,7 @@ class Runner:
         backoff = BACKOFF_START
         while True:
             try:
-                written = self.fetcher.fail(res, kind, score, data)
+                written = self.fetcher.fail(res, kind, score, data, queue)
                 break
             except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
                 if self.stopping():
@@ -224,7 +257,7 @@ class Runner:
                 self.outage(e, backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
         if written == REFUSED:
-            self._hold(res, kind, score, data)
+            self._hold(res, kind, score, data, queue)
         elif written == GONE:
             # Its reservation was gone: another master put the job back after this master's
             # lease expired (frozen, or cut off from Redis). Writing the failure too would keep
@@ -232,32 +265,39 @@ class Runner:
             log.warning("a failed job's reservation was gone (recovered after a lease expiry); "
                         "its failure is not recorded, it runs again")
 
-    def _hold(self, res: Reservation, kind: str, score: float, data) -> None:
+    def _hold(self, res: Reservation, kind: str, score: float, data, queue: str = "") -> None:
         """The failure's target key holds another Redis type: the job stays reserved (marked,
         so it is not handed out again) and the write is tried again every HELD_RETRY seconds.
         If this worker exits first, the master puts the job back in its queue."""
-        self.held.append((res, kind, score, data))
+        self.held.append((res, kind, score, data, queue))
         if not self.next_held_retry:
             self.next_held_retry = time.monotonic() + HELD_RETRY
         target = "retry" if kind == "retry" else "dead"
         if self.notes.due(("key", target), LOG_INTERVAL):
-            log.error("key %s holds another Redis type, not a sorted set (WRONGTYPE): failed "
+            key = {"later": self.keys.schedule, "queue": self.keys.queue(queue)}.get(
+                kind, getattr(self.keys, target))
+            log.error("key %s holds another Redis type (WRONGTYPE): failed or released "
                       "jobs stay reserved until it is fixed (%d held by worker %d)",
-                      getattr(self.keys, target), len(self.held), self.slot)
+                      key, len(self.held), self.slot)
 
     def write_held(self) -> None:
         """Try the held failures again, if it is time."""
         if not self.held or time.monotonic() < self.next_held_retry:
             return
         held, self.held, self.next_held_retry = self.held, [], 0.0
-        for i, (res, kind, score, data) in enumerate(held):
+        for i, (res, kind, score, data, queue) in enumerate(held):
             try:
-                written = self.fetcher.fail(res, kind, score, data)
+                written = self.fetcher.fail(res, kind, score, data, queue)
             except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError):
                 self.held.extend(held[i:])  # the loop's outage handling takes it from here
                 self.next_held_retry = time.monotonic() + HELD_RETRY
                 raise
             if written == REFUSED:
-                self._hold(res, kind, score, data)
+                self._hold(res, kind, score, data, queue)
             else:
                 log.info("the failure of a held job (%s) is written now", kind)
+
+
+def _count(value) -> int:
+    """A payload's counter (release_count, bury_count) as an int: 0 when absent or unusable."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

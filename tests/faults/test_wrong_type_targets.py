@@ -10,7 +10,7 @@ from faults.common import held, log_lines, report
 from harness import counts, wait_for
 
 RETRY_BROKEN = "key retry holds another Redis type, not a sorted set (WRONGTYPE)"
-HELD = RETRY_BROKEN + ": failed jobs stay reserved"  # the workers' line
+HELD = "key retry holds another Redis type (WRONGTYPE): failed or released jobs stay reserved"
 NOT_POLLED = RETRY_BROKEN + "; its due jobs wait"  # the scheduler's line
 
 

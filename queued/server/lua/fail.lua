@@ -1,16 +1,19 @@
--- fail.lua: record a failed job in retry or dead and drop its reservation, in one step, so a
--- crash can never leave both or neither. Does nothing if the reservation is already gone
--- (another master recovered it after a lease expiry): the job is back in a queue then, and
--- writing a retry too would run it twice.
+-- fail.lua: end a job's reservation other than with an ack (a failure to retry or dead, a drop,
+-- a release by the job itself to later or to its queue), in one step, so a crash can never
+-- leave both or neither. Does nothing if the reservation is already gone (another master
+-- recovered it after a lease expiry): the job is back in a queue then, and writing it
+-- somewhere too would run it twice.
 --
 -- KEYS[1]  reserved zset of the slot
--- KEYS[2]  target zset: retry or dead (ignored for drop)
+-- KEYS[2]  target: the retry, dead or schedule zset, or the job's queue list (ignored for drop)
+-- KEYS[3]  the queues set (kind queue)
 -- ARGV[1]  reserved member
--- ARGV[2]  kind: retry | dead | drop
+-- ARGV[2]  kind: retry | dead | drop | later (ZADD schedule) | queue (LPUSH its queue)
 -- ARGV[3]  score (float epoch seconds)
 -- ARGV[4]  payload JSON to store
 -- ARGV[5]  dead trim: remove scores <= this (now - dead_timeout_in_seconds)
 -- ARGV[6]  dead trim: ZREMRANGEBYRANK dead 0 ARGV[6] (-dead_max_jobs: Sidekiq's trim)
+-- ARGV[7]  the queue's name (kind queue)
 -- Returns 1 if written, 0 if the reservation was gone, -1 if the target key holds another
 -- Redis type (SET retry oops by mistake).
 --
@@ -21,7 +24,7 @@
 -- stays reserved, and goes back to its queue if the caller dies).
 if ARGV[2] ~= 'drop' then
   local t = redis.call('TYPE', KEYS[2])['ok']
-  if t ~= 'zset' and t ~= 'none' then
+  if t ~= (ARGV[2] == 'queue' and 'list' or 'zset') and t ~= 'none' then
     if redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return 0 end
     redis.call('ZADD', KEYS[1], 'XX', -1, ARGV[1])
     return -1
@@ -30,8 +33,11 @@ end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-if ARGV[2] == 'retry' then
+if ARGV[2] == 'retry' or ARGV[2] == 'later' then
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+elseif ARGV[2] == 'queue' then
+  redis.call('LPUSH', KEYS[2], ARGV[4])
+  redis.call('SADD', KEYS[3], ARGV[7])
 elseif ARGV[2] == 'dead' then
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
