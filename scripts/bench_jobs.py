@@ -1,5 +1,7 @@
 """Jobs for scripts/bench. The throughput job costs the job itself exactly one Redis command,
 like the Sidekiq anchor in SIDEKIQ_FORMAT.md section 9 (``INCR bench:done``)."""
+import json
+import os
 import time
 
 import queued
@@ -25,3 +27,15 @@ class LatencyJob(queued.Job):
         base = due if due is not None else self.msg["enqueued_at"]
         queued.get_redis().rpush("bench:lat", repr(started - base))
 
+
+class StallJob(queued.Job):
+    """For the requeue measurement: records each start (its token, which start it is, the time,
+    its worker's pid) and, the first time, holds its worker until the bench SIGKILLs it."""
+
+    def perform(self, token):
+        started = time.time()
+        r = queued.get_redis()
+        n = r.incr(f"bench:starts:{token}")
+        r.rpush("bench:start", json.dumps([token, n, started, os.getpid()]))
+        if n == 1:
+            time.sleep(60)

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import psutil
@@ -75,6 +76,29 @@ def rates(r, n) -> tuple[float, float]:
     warm = r.get("bench:warm")
     after = (n - n // 10) / (last - float(warm)) if warm else (n - 1) / (last - first)
     return after, n / (last - first)
+
+
+class LogSink:
+    """Where a daemon's stderr goes when its log is measured: one end of an AF_UNIX stream
+    socket, as systemd's StandardError=journal gives a service (systemd/queued.service), the
+    other end drained by a thread here as journald would, counting lines."""
+
+    def __init__(self):
+        self.child, self._ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.lines = 0
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self):
+        while data := self._ours.recv(1 << 16):
+            self.lines += data.count(b"\n")
+
+    def close(self) -> int:
+        """After the daemon exited: the lines it wrote."""
+        self.child.close()
+        self._thread.join(10)
+        self._ours.close()
+        return self.lines
 
 
 def collect(r, n, timeout=10, key="bench:lat"):
