@@ -1,18 +1,22 @@
-"""Jobs for scripts/bench. Each one costs the job itself exactly one Redis command, like the
-Sidekiq anchor in SIDEKIQ_FORMAT.md section 9 (``INCR bench:done``)."""
+"""Jobs for scripts/bench. The throughput job costs the job itself exactly one Redis command,
+like the Sidekiq anchor in SIDEKIQ_FORMAT.md section 9 (``INCR bench:done``)."""
+import json
+import os
 import time
 
 import queued
 
 
 class BenchJob(queued.Job):
-    """No-op job: one INCR. The first and the last job stamp their finish time."""
+    """No-op job: one INCR. The first job, the last and the one that ends the warm-up (a tenth
+    of the jobs; benchlib.rates) stamp their finish time."""
 
     def perform(self, total):
         r = queued.get_redis()
         n = r.incr("bench:done")
-        if n == 1 or n == total:
-            r.set("bench:first" if n == 1 else "bench:last", repr(time.time()))
+        if n == 1 or n == total or n == total // 10:
+            r.set("bench:first" if n == 1 else "bench:last" if n == total else "bench:warm",
+                  repr(time.time()))
 
 
 class LatencyJob(queued.Job):
@@ -22,3 +26,16 @@ class LatencyJob(queued.Job):
         started = time.time()
         base = due if due is not None else self.msg["enqueued_at"]
         queued.get_redis().rpush("bench:lat", repr(started - base))
+
+
+class StallJob(queued.Job):
+    """For the requeue measurement: records each start (its token, which start it is, the time,
+    its worker's pid) and, the first time, holds its worker until the bench SIGKILLs it."""
+
+    def perform(self, token):
+        started = time.time()
+        r = queued.get_redis()
+        n = r.incr(f"bench:starts:{token}")
+        r.rpush("bench:start", json.dumps([token, n, started, os.getpid()]))
+        if n == 1:
+            time.sleep(60)

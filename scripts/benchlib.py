@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import psutil
@@ -64,6 +65,40 @@ def wait_key(r, key, timeout=300):
             raise TimeoutError(f"timed out waiting for {key}")
         time.sleep(0.005)
     return float(r.get(key))
+
+
+def rates(r, n) -> tuple[float, float]:
+    """Jobs/s of a throughput run from the stamps its jobs left (bench_jobs.BenchJob,
+    peers/common.py, peers/sidekiq_jobs.rb): after the warm-up (the jobs after the first tenth,
+    from the finish of the one that ends it to the finish of the last) and from the first job
+    (SIDEKIQ_FORMAT.md section 9: n / (last - first))."""
+    last, first = float(r.get("bench:last")), float(r.get("bench:first"))
+    warm = r.get("bench:warm")
+    after = (n - n // 10) / (last - float(warm)) if warm else (n - 1) / (last - first)
+    return after, n / (last - first)
+
+
+class LogSink:
+    """Where a daemon's stderr goes when its log is measured: one end of an AF_UNIX stream
+    socket, as systemd's StandardError=journal gives a service (systemd/queued.service), the
+    other end drained by a thread here as journald would, counting lines."""
+
+    def __init__(self):
+        self.child, self._ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.lines = 0
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self):
+        while data := self._ours.recv(1 << 16):
+            self.lines += data.count(b"\n")
+
+    def close(self) -> int:
+        """After the daemon exited: the lines it wrote."""
+        self.child.close()
+        self._thread.join(10)
+        self._ours.close()
+        return self.lines
 
 
 def collect(r, n, timeout=10, key="bench:lat"):
@@ -151,8 +186,9 @@ def _brpop_loop(url, total):
             return
         json.loads(item[1])
         n = r.incr("bench:done")
-        if n == 1 or n == total:
-            r.set("bench:first" if n == 1 else "bench:last", repr(time.time()))
+        if n == 1 or n == total or n == total // 10:
+            r.set("bench:first" if n == 1 else "bench:last" if n == total else "bench:warm",
+                  repr(time.time()))
 
 
 def bare_round_trips(url, n=5000) -> float:
@@ -173,15 +209,14 @@ def bare_round_trips(url, n=5000) -> float:
 
 def baseline(url, n, concurrency):
     """The bare at-most-once loop: ``concurrency`` processes that BRPOP a job, parse it and
-    INCR; jobs/s first to last, like the systems under test."""
+    INCR; jobs/s after the warm-up, like the systems under test (``rates``)."""
     r = redis.Redis.from_url(url)
     r.flushall()
     push_bulk(n)
     procs = [multiprocessing.Process(target=_brpop_loop, args=(url, n)) for _ in range(concurrency)]
     for p in procs:
         p.start()
-    last = wait_key(r, "bench:last")
-    first = float(r.get("bench:first"))
+    wait_key(r, "bench:last")
     for p in procs:
         p.join()
-    return n / (last - first)
+    return rates(r, n)[0]

@@ -1,5 +1,6 @@
-"""Celery: ``celery -A celery_jobs worker -P prefork -c 2`` with the Redis broker and no result
-backend; otherwise Celery's defaults (prefetch multiplier 4, early acks, -l WARNING)."""
+"""Celery's jobs and producer: ``celery -A celery_jobs worker -P POOL ... -l WARNING``
+(scripts/bench_configs.py says which pool and options) with the Redis broker and no result
+backend; otherwise Celery's defaults (prefetch multiplier 4, early acks)."""
 import datetime
 
 from celery import Celery, group

@@ -1,5 +1,5 @@
-"""Dramatiq: ``dramatiq dramatiq_jobs -p 2 -t 1`` (and with its default 8 threads). The Redis
-broker with its default middleware."""
+"""Dramatiq's jobs and producer: ``dramatiq dramatiq_jobs -p P -t T`` (scripts/bench_configs.py
+says which P, T and prefetch). The Redis broker with its default middleware."""
 import math
 import time
 

@@ -1,5 +1,6 @@
-"""Huey: ``huey_consumer huey_jobs.huey -k process -w 2``. RedisHuey's defaults (blocking BRPOP
-with a 1 s read timeout; results on, but a task returning None stores nothing)."""
+"""Huey's jobs and producer: ``huey_consumer huey_jobs.huey -k KIND -w N -q``
+(scripts/bench_configs.py says which). RedisHuey's defaults (blocking BRPOP with a 1 s read
+timeout; results on, but a task returning None stores nothing)."""
 import datetime
 
 from huey import RedisHuey

@@ -1,5 +1,6 @@
-"""RQ: two ``rq worker --with-scheduler`` processes (the default Worker forks a work horse per
-job)."""
+"""RQ's jobs and producer, for ``rq worker --with-scheduler`` processes (scripts/bench_configs.py
+says how many, and which Worker class: the default forks a work horse per job,
+SimpleWorker runs the job in the worker)."""
 import datetime
 
 from rq import Queue
