@@ -189,11 +189,11 @@ def test_ack_of_a_member_no_longer_reserved_logs_a_warning(r, fetcher, caplog):
     r.lpush("queue:default", job(1))
     (res,) = fetcher.reserve(1)
     r.zrem(RESERVED, res.member)  # recovered by someone else meanwhile
-    with caplog.at_level(logging.WARNING, logger="queued.server.fetch"):
+    with caplog.at_level(logging.WARNING, logger="queued.fetch"):
         fetcher.ack(res)
         fetcher.flush()
     warnings = [rec for rec in caplog.records
-                if rec.name == "queued.server.fetch" and rec.levelno == logging.WARNING]
+                if rec.name == "queued.fetch" and rec.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "reservation" in warnings[0].getMessage()
 
@@ -201,10 +201,10 @@ def test_ack_of_a_member_no_longer_reserved_logs_a_warning(r, fetcher, caplog):
 def test_a_normal_ack_logs_nothing(r, fetcher, caplog):
     r.lpush("queue:default", job(1))
     (res,) = fetcher.reserve(1)
-    with caplog.at_level(logging.WARNING, logger="queued.server.fetch"):
+    with caplog.at_level(logging.WARNING, logger="queued.fetch"):
         fetcher.ack(res)
         fetcher.flush()
-    assert [rec for rec in caplog.records if rec.name == "queued.server.fetch"] == []
+    assert [rec for rec in caplog.records if rec.name == "queued.fetch"] == []
 
 
 # --- block -------------------------------------------------------------------------------------
@@ -613,13 +613,13 @@ def test_send_acks_then_flush_reads_every_reply(r, fetcher, caplog):
     a, b = fetcher.reserve(2)
     r.zrem(RESERVED, a.member)  # a was recovered by someone else meanwhile
     fetcher.ack(a)
-    with caplog.at_level(logging.WARNING, logger="queued.server.fetch"):
+    with caplog.at_level(logging.WARNING, logger="queued.fetch"):
         fetcher.send_acks()
         fetcher.ack(b)
         fetcher.flush()
     assert r.zcard(RESERVED) == 0
     warnings = [x for x in caplog.records
-                if x.name == "queued.server.fetch" and x.levelno == logging.WARNING]
+                if x.name == "queued.fetch" and x.levelno == logging.WARNING]
     assert len(warnings) == 1  # one for a, none for b
     assert fetcher.block() is None  # and the connection is still in step
 
@@ -743,7 +743,7 @@ def test_jobs_reserved_by_a_call_whose_reply_was_lost_are_handed_over_next(
         fetcher.reserve(2)
     assert r.zrange(RESERVED, 0, -1) != []  # Redis did reserve them
     # When the worker reserves again
-    with caplog.at_level(logging.WARNING, logger="queued.server.fetch"):
+    with caplog.at_level(logging.WARNING, logger="queued.fetch"):
         got = fetcher.reserve(2)
     # Then it gets the two it never heard of, first and in order, and nothing more (they
     # count toward n); the ack applied by the lost call raises no warning

@@ -35,31 +35,32 @@ def lines(path) -> list[str]:
 def test_a_jobs_lines_carry_its_class_and_jid_and_every_line_its_logger(logfile):
     logfile, ours = logfile
     ours()
-    logging.getLogger("queued.server.worker").info("before")
+    logging.getLogger("queued.worker").info("before")
     logsetup.set_context(logsetup.job_context("Billing::InvoiceJob", "15acda24f01de58f49b27035"))
     logging.getLogger("app.billing").warning("charging %d", 42)
     logsetup.set_context("")
-    logging.getLogger("queued.server.worker").info("after")
+    logging.getLogger("queued.worker").info("after")
     assert lines(logfile) == [
-        " INFO queued.server.worker: before",
+        " INFO queued.worker: before",
         " class=Billing::InvoiceJob jid=15acda24f01de58f49b27035 WARNING app.billing: charging 42",
-        " INFO queued.server.worker: after"]
+        " INFO queued.worker: after"]
 
 
 def test_the_fast_done_line_is_the_line_logging_writes(logfile):
     # Given the worker's done line bound to queued's own handler, in a job's context
     logfile, ours = logfile
     ours()
-    joblog = logsetup.JobLog("queued.server.worker")
+    joblog = logsetup.JobLog("queued.worker")
     joblog.bind()
-    assert joblog.fd is not None
+    assert joblog.handler is not None
     logsetup.set_context(logsetup.job_context("X", "j" * 24, 0.0123456))
     # When it is written both ways
     joblog.done()
-    joblog.fd = None  # the logging module's way
+    joblog.flush()
+    joblog.handler = None  # the logging module's way
     joblog.done()
     # Then both lines are the same, in Sidekiq's shape
-    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.server.worker: done"] * 2
+    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.worker: done"] * 2
 
 
 def test_another_logging_setup_gets_the_done_line_through_logging(logfile):
@@ -73,27 +74,28 @@ def test_another_logging_setup_gets_the_done_line_through_logging(logfile):
             seen.append(record.getMessage())
 
     logging.getLogger().addHandler(Collect())
-    joblog = logsetup.JobLog("queued.server.worker")
+    joblog = logsetup.JobLog("queued.worker")
     joblog.bind()
     # Then the line goes through logging, to both handlers
     logsetup.set_context(logsetup.job_context("X", "j" * 24, 1.5))
     joblog.done()
-    assert joblog.fd is None
+    assert joblog.handler is None
     assert seen == ["done"]
-    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=1.500 INFO queued.server.worker: done"]
+    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=1.500 INFO queued.worker: done"]
 
 
 def test_no_done_line_when_info_is_off(logfile):
     logfile, ours = logfile
     ours()
-    logging.getLogger("queued.server.worker").setLevel(logging.WARNING)
+    logging.getLogger("queued.worker").setLevel(logging.WARNING)
     try:
-        joblog = logsetup.JobLog("queued.server.worker")
+        joblog = logsetup.JobLog("queued.worker")
         joblog.bind()
         joblog.done()
+        joblog.flush()
         assert logfile.read_text() == ""
     finally:
-        logging.getLogger("queued.server.worker").setLevel(logging.NOTSET)
+        logging.getLogger("queued.worker").setLevel(logging.NOTSET)
 
 
 def test_verbose_shows_queueds_debug_lines_and_keeps_other_libraries_quiet(logfile):
@@ -101,10 +103,10 @@ def test_verbose_shows_queueds_debug_lines_and_keeps_other_libraries_quiet(logfi
     logsetup.setup("DEBUG", str(logfile), tag="w3")
     ours = logging.getLogger().handlers[-1]
     logging.getLogger().handlers[:] = [ours]
-    logging.getLogger("queued.server.scheduler").debug("moved 3")
+    logging.getLogger("queued.scheduler").debug("moved 3")
     logging.getLogger("redis.connection").debug("handshake noise")
     logging.getLogger("redis.connection").warning("a real problem")
-    assert lines(logfile) == [" DEBUG queued.server.scheduler: moved 3",
+    assert lines(logfile) == [" DEBUG queued.scheduler: moved 3",
                               " WARNING redis.connection: a real problem"]
     logging.getLogger("queued").setLevel(logging.NOTSET)
 
@@ -112,11 +114,31 @@ def test_verbose_shows_queueds_debug_lines_and_keeps_other_libraries_quiet(logfi
 def test_reopen_writes_to_the_new_file_after_a_rotation(logfile, tmp_path):
     logfile, ours = logfile
     ours()
-    logging.getLogger("queued.server.worker").info("one")
-    logfile.rename(tmp_path / "queued.server.log.1")  # what logrotate does
-    logging.getLogger("queued.server.worker").info("two")  # still into the moved file
+    logging.getLogger("queued.worker").info("one")
+    logfile.rename(tmp_path / "queued.log.1")  # what logrotate does
+    logging.getLogger("queued.worker").info("two")  # still into the moved file
     logsetup.reopen()
-    logging.getLogger("queued.server.worker").info("three")
-    assert lines(tmp_path / "queued.server.log.1") == [" INFO queued.server.worker: one",
-                                                 " INFO queued.server.worker: two"]
-    assert lines(logfile) == [" INFO queued.server.worker: three"]
+    logging.getLogger("queued.worker").info("three")
+    assert lines(tmp_path / "queued.log.1") == [" INFO queued.worker: one",
+                                                 " INFO queued.worker: two"]
+    assert lines(logfile) == [" INFO queued.worker: three"]
+
+
+def test_a_batchs_done_lines_wait_for_its_end_and_never_pass_another_line(logfile):
+    logfile, ours = logfile
+    ours()
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    for jid in ("a" * 24, "b" * 24):
+        logsetup.set_context(logsetup.job_context("X", jid, 0.001))
+        joblog.done()
+    assert logfile.read_text() == ""  # held until the batch ends...
+    logsetup.set_context("")
+    logging.getLogger("queued.worker").warning("something else")  # ...or another line comes
+    joblog.done()
+    joblog.flush()
+    got = lines(logfile)
+    assert [x.split(" INFO ")[0].split(" WARNING ")[0] for x in got] == [
+        f" class=X jid={'a' * 24} elapsed=0.001", f" class=X jid={'b' * 24} elapsed=0.001",
+        "", ""]
+    assert got[2] == " WARNING queued.worker: something else" and got[3].endswith(": done")

@@ -149,7 +149,7 @@ def test_waiting_for_redis_at_boot_is_said_at_growing_intervals_and_in_the_title
     monkeypatch.setattr(master_mod.time, "monotonic", lambda: clock[0])
     reports = list(master_mod.WAITING_REPORTS)
     said = []
-    with caplog.at_level(logging.ERROR, logger="queued.server.master"):
+    with caplog.at_level(logging.ERROR, logger="queued.master"):
         for t in range(0, 200):  # a failed attempt every second for 200 s
             clock[0] = 1000.0 + t
             before = len(caplog.records)

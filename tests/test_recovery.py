@@ -254,7 +254,7 @@ def test_an_unreadable_registration_is_left_alone_with_an_error(r, make_fetcher,
     make_fetcher(identity=OTHER).reserve(1)
     # and a readable dead master beside it
     n = _dead_master_with_jobs(r, make_fetcher, identity="ok:1:x", slots=1)
-    with caplog.at_level(logging.ERROR, logger="queued.server.recovery"):
+    with caplog.at_level(logging.ERROR, logger="queued.recovery"):
         reaped = recovery.reap_expired(r, K)
     # Then the readable one is reaped, the unreadable one is untouched and logged
     assert reaped == [("ok:1:x", n)]
@@ -344,7 +344,7 @@ def test_a_job_whose_queue_key_is_not_a_list_goes_to_dead_and_the_rest_go_back(
     r.set("queue:broken", "x")
     before = r.time()[0]
     # When the slot is requeued
-    with caplog.at_level(logging.ERROR, logger="queued.server.recovery"):
+    with caplog.at_level(logging.ERROR, logger="queued.recovery"):
         moved = recovery.requeue_slot(r, K, ME, 0, ["broken", "default"])
     # Then the default job is back in its queue, the two others are in dead as they were,
     # at Redis's current time, and the slot is empty

@@ -150,7 +150,7 @@ def test_due_jobs_are_queued_in_score_order(r, sched):
 def test_a_member_that_is_not_json_goes_to_dead_verbatim(r, sched, caplog):
     bad = b'{"class":"X","args":[1],"jid":"j", oops'
     r.zadd("schedule", {bad: past(), member(1): past()})
-    with caplog.at_level(logging.ERROR, logger="queued.server.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="queued.scheduler"):
         sched.poll()
     assert r.zrange("dead", 0, -1) == [bad]
     assert abs(r.zscore("dead", bad) - time.time()) < 5
@@ -309,7 +309,7 @@ def test_a_due_job_whose_queue_key_is_not_a_list_goes_to_dead_and_the_rest_move(
     r.set("queue:broken", "x")
     r.zadd("schedule", {member(1): past(), member(2, "broken"): past(5)})
     # When the scheduler polls
-    with caplog.at_level(logging.ERROR, logger="queued.server.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="queued.scheduler"):
         assert sched.poll() == (None, False)
     # Then the default job is queued, the other is in dead (with its enqueued_at), the
     # schedule is empty, and the log names the queue
@@ -330,7 +330,7 @@ def test_a_retry_key_of_another_type_does_not_stop_schedule_from_being_served(r,
     r.set("retry", "oops")
     r.zadd("schedule", {member(1): past()})
     # When the scheduler polls, twice
-    with caplog.at_level(logging.ERROR, logger="queued.server.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="queued.scheduler"):
         assert sched.poll() == (None, False)
         sched.poll()
     # Then the scheduled job is queued (due.lua used to abort on the first key), retry is
@@ -350,7 +350,7 @@ def test_unmovable_due_jobs_stay_scheduled_and_are_passed_over(r, sched, caplog)
     r.zadd("schedule", bad)
     r.zadd("schedule", {member(i): past(1) for i in range(3)})
     # When the scheduler polls
-    with caplog.at_level(logging.ERROR, logger="queued.server.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="queued.scheduler"):
         sched.poll()
     # Then the good ones are queued, the bad ones are still scheduled (not lost: the ZREM
     # used to come before a ZADD that failed), and the log says so
@@ -445,7 +445,7 @@ def test_due_jobs_go_through_client_middleware_as_sidekiq_pushes_them(r, sched, 
 def test_a_raising_client_middleware_leaves_due_jobs_moving(r, sched, middleware, caplog):
     middleware.add(Breaker)
     r.zadd("schedule", {member(1): past()})
-    with caplog.at_level(logging.ERROR, logger="queued.server.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="queued.scheduler"):
         sched.poll()
     assert [without_enqueued_at(x) for x in r.lrange("queue:default", 0, -1)] == [member(1)]
     assert "client middleware raised on a due job" in caplog.text

@@ -152,7 +152,7 @@ def test_without_client_tracking_it_says_so_once_and_stays_off(r, waker, caplog,
 
     monkeypatch.setattr(waker, "_connection", refusing)
     import logging
-    with caplog.at_level(logging.WARNING, logger="queued.server.waker"):
+    with caplog.at_level(logging.WARNING, logger="queued.waker"):
         waker.step()
         waker.step()
     assert waker.unsupported and waker.sub is None and waker.fds() == [waker.idle_r]

@@ -21,7 +21,7 @@ from ..errors import WORKER_BOOT_ERROR
 from .slots import SlotTable, Watch
 from .worker import Worker
 
-log = logging.getLogger("queued.server.master")
+log = logging.getLogger("queued.master")
 
 #: A worker that dies sooner than this after its fork counts as a boot failure (backoff).
 BOOT_GRACE = 2.0

@@ -34,7 +34,7 @@ from . import retry
 from .scripts import FAIL, RESERVE
 from ..keys import Keys
 
-log = logging.getLogger("queued.server.fetch")
+log = logging.getLogger("queued.fetch")
 
 #: How many jobs that succeeded while their reservation reply was lost are remembered, to be
 #: acked instead of run when a reserve hands them back (one that never comes back, because

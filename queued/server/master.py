@@ -35,7 +35,7 @@ from .waker import Waker
 from .children import Children, Exit
 from .worker import Worker, note_labels
 
-log = logging.getLogger("queued.server.master")
+log = logging.getLogger("queued.master")
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGTSTP, signal.SIGTTIN,
            signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR2)

@@ -38,7 +38,7 @@ from ..job import registry
 from ..keys import Keys
 from .slots import stored_jid
 
-log = logging.getLogger("queued.server.recovery")
+log = logging.getLogger("queued.recovery")
 
 
 class Stuck(QueuedError):

@@ -29,7 +29,7 @@ from ..job import registry
 from ..middleware import server_middleware
 from .timeout import job_timeout
 
-log = logging.getLogger("queued.server.worker")
+log = logging.getLogger("queued.worker")
 
 #: A job class whose recent runs took this long (or is new) counts as possibly slow: the acks of
 #: the jobs finished before it are written before it starts (see _release_finished).
@@ -183,6 +183,7 @@ class Runner:
         reserve call instead: one write less per job is most of a short job's overhead."""
         if self._durations.get(job_class, SLOW_JOB) >= SLOW_JOB:
             self.fetcher.send_acks()
+            self.joblog.flush()
 
     def _learn(self, job_class: str, elapsed: float) -> None:
         """How long jobs of a class take: jumps up at once, decays slowly."""

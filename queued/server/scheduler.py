@@ -34,7 +34,7 @@ from ..errors import PayloadError
 from ..keys import Keys
 from ..middleware import client_middleware
 
-log = logging.getLogger("queued.server.scheduler")
+log = logging.getLogger("queued.scheduler")
 
 #: Jobs moved per round trip.
 BATCH = 100

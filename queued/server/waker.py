@@ -37,7 +37,7 @@ import redis
 from ..keys import Keys
 from .slots import Watch
 
-log = logging.getLogger("queued.server.waker")
+log = logging.getLogger("queued.waker")
 
 #: Seconds between attempts to set tracking up again after it failed or broke.
 RETRY_SETUP = 5.0

@@ -30,7 +30,7 @@ from .fetch import Fetcher, Reservation
 from .runner import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL, Runner
 from .slots import Notes, SlotWriter, Watch
 
-log = logging.getLogger("queued.server.worker")
+log = logging.getLogger("queued.worker")
 
 #: A batch grows (doubles, up to ``prefetch``) only while jobs average under this many seconds,
 #: so a prefetched job never waits long behind a slow one.
@@ -84,10 +84,12 @@ class Worker:
             log.exception("worker %d crashed", self.slot)
             code = 1
         finally:
-            try:
-                self.fetcher.close()
-            except Exception:  # noqa: BLE001
-                pass
+            # (either may not exist yet after a failed boot: an AttributeError, ignored)
+            for last in (lambda: self.joblog.flush(), lambda: self.fetcher.close()):
+                try:
+                    last()
+                except Exception:  # noqa: BLE001
+                    pass
             logging.shutdown()
         os._exit(code)
 
@@ -180,6 +182,7 @@ class Worker:
                 self.fetcher.reset_connection()
             if self.reopen_logs:
                 self.reopen_logs = False
+                self.joblog.flush()
                 logsetup.reopen()
                 self.joblog.bind()
                 log.info("log file reopened")
@@ -225,6 +228,7 @@ class Worker:
                 break  # told to stop: start nothing new; the master puts the rest back at the head
             self.runner.process(res)
             done += 1
+        self.joblog.flush()  # the batch's done lines, in one write (log.py)
         self._adapt(len(jobs), done, time.monotonic() - started)
 
     def _idle_queue(self) -> str:

@@ -34,11 +34,11 @@ def test_a_jobs_own_lines_carry_its_class_and_jid_and_a_failure_says_what_comes_
     for jid in (ok, bad):
         assert any(f" class=Chatty jid={jid} WARNING app.chatty: working on it" in x
                    for x in out.splitlines())
-    assert re.search(rf" class=Chatty jid={ok} elapsed=[\d.]+ INFO queued.server.worker: done$",
+    assert re.search(rf" class=Chatty jid={ok} elapsed=[\d.]+ INFO queued.worker: done$",
                      out, re.M)
     # The failure says the attempt, the limit and when (UTC, like the timestamps)
     (fail,) = [x for x in records(out) if f"jid={bad}" in x and "fail:" in x]
-    assert re.search(r"WARNING queued.server.worker: fail: ValueError: chatty failed -> retry 1/3 at "
+    assert re.search(r"WARNING queued.worker: fail: ValueError: chatty failed -> retry 1/3 at "
                      r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\dZ$", fail), fail
     # And its traceback starts in the job's own code, not in queued's
     trace = out[out.index(fail):].split("\n20")[0]
@@ -115,7 +115,7 @@ def test_usr2_reopens_the_log_file_in_the_master_and_every_worker(
     d = daemon(concurrency=2, logfile=str(path))
     wait_for(lambda: path.exists() and "jobs:" in path.read_text(), 10, what="the log file")
     # When logrotate moves it away and sends USR2
-    path.rename(tmp_path / "queued.server.log.1")
+    path.rename(tmp_path / "queued.log.1")
     d.signal(signal.SIGUSR2)
     wait_for(lambda: path.exists() and path.read_text().count("log file reopened") == 3, 5,
              what="the master and both workers in the new file")
@@ -123,9 +123,9 @@ def test_usr2_reopens_the_log_file_in_the_master_and_every_worker(
     for i in range(20):
         jobs.Record.perform_async(i)
     wait_for(lambda: len(jobs_done(r)) == 20, 10, what="the jobs")
-    tids = set(re.findall(r" tid=(w\d) .*INFO queued.server.worker: done", path.read_text()))
+    tids = set(re.findall(r" tid=(w\d) .*INFO queued.worker: done", path.read_text()))
     assert tids == {"w0", "w1"}, path.read_text()
-    assert " done" not in (tmp_path / "queued.server.log.1").read_text()
+    assert " done" not in (tmp_path / "queued.log.1").read_text()
     assert d.stop() == 0
 
 

@@ -178,14 +178,14 @@ def test_ttin_logs_each_worker_and_its_python_stack(daemon, producer, r):
     out = wait_for(lambda: d.output().count("; stack:") == 3 and d.output(), 10,
                    what="three stacks")
     heads = [line for line in out.splitlines() if line.endswith("; stack:")]
-    assert re.search(r" tid=master INFO queued.server.master: TTIN master pid=\d+ \(SIGTTIN\)$",
+    assert re.search(r" tid=master INFO queued.master: TTIN master pid=\d+ \(SIGTTIN\)$",
                      heads[0][:-len("; stack:")])
     assert [re.search(r"tid=(\w+) ", h).group(1) for h in heads[1:]] in (["w0", "w1"],)
     assert [re.search(r"TTIN worker (\d)", h).group(1) for h in heads[1:]] == ["0", "1"]
     busy = [h for h in heads if "running Gate" in h]
     assert len(busy) == 1 and f"jid={jid}" in busy[0]
     # (the busy worker's record carries the job's context, as every line the job logs does)
-    assert f" class=Gate jid={jid} INFO queued.server.worker: TTIN worker" in busy[0]
+    assert f" class=Gate jid={jid} INFO queued.worker: TTIN worker" in busy[0]
     assert sum("idle; stack:" in h for h in heads) == 1
     # And the busy worker's stack shows the job where it waits
     record = out[out.index(busy[0]):].split("\n20")[0]
