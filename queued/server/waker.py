@@ -43,6 +43,9 @@ log = logging.getLogger("queued.waker")
 RETRY_SETUP = 5.0
 #: Seconds before trying again to wake a worker that was not blocked yet (UNBLOCK said 0).
 RETRY_WAKE = 0.002
+#: While no worker waits, the messages are read in bulk this often (seconds), so they never
+#: pile up in Redis's output buffer (a subscriber too far behind is disconnected).
+DRAIN_EVERY = 0.1
 _CHANNEL = b"__redis__:invalidate"
 
 
@@ -65,6 +68,7 @@ class Waker:
         self.sub = None                      # subscriber connection (invalidation messages)
         self.tracker = None                  # the connection whose tracking redirects there
         self.next_setup = 0.0
+        self.next_drain = 0.0                # when to read the messages at the latest
         self.unsupported = False
         self.idle_r, self.idle_w = os.pipe()  # workers write a byte here as they block
         os.set_blocking(self.idle_r, False)
@@ -72,18 +76,24 @@ class Waker:
 
     # --- the connections ----------------------------------------------------------------------
     def fds(self) -> list[int]:
-        """What the master's select() waits on for us (the tracker too: it never reads, so
-        readable means closed, and a closed tracker means no more messages)."""
+        """What the master's select() waits on for us: the idle pipe; the tracker (it never
+        reads, so readable means closed, and a closed tracker means no more messages); and
+        the subscriber only while a worker waits (blocked), the only time a message needs an
+        answer at once. Under load every reserve changes a queue key, a message each: woken
+        by each, the master spent ~18 us of CPU per job. Otherwise the messages are read in
+        bulk every DRAIN_EVERY seconds (due_in), and when a worker says it blocks."""
         fds = [self.idle_r]
-        for conn in (self.sub, self.tracker):
-            if conn is not None and conn._sock is not None:
-                fds.append(conn._sock.fileno())
+        if self.tracker is not None and self.tracker._sock is not None:
+            fds.append(self.tracker._sock.fileno())
+        if self.sub is not None and self.sub._sock is not None and self.watch.blocked():
+            fds.append(self.sub._sock.fileno())
         return fds
 
     def due_in(self, now: float) -> float | None:
         """Seconds until we need the loop again without any fd becoming readable."""
         times = [t for t in (self.retry_at,
-                             None if self.sub or self.unsupported else self.next_setup)
+                             None if self.sub or self.unsupported else self.next_setup,
+                             self.next_drain if self.sub else None)
                  if t is not None]
         return max(0.0, min(times) - now) if times else None
 
@@ -173,6 +183,7 @@ class Waker:
     def _read_messages(self, now: float) -> bool:
         if self.sub is None:
             return False
+        self.next_drain = now + DRAIN_EVERY
         got = False
         try:
             while self.sub.can_read(timeout=0):
