@@ -111,6 +111,12 @@ class Children:
         self.workers[pid] = WorkerRecord(slot, pid, processed)
         self.free.discard(slot)
 
+    def up(self) -> bool:
+        """Every slot has a worker, and each has started: written its own pid into its record
+        (the first thing it does after its setup; systemd's READY=1 waits for this)."""
+        return len(self.workers) >= self.config.concurrency and all(
+            self.table.read(rec.slot).pid == rec.pid for rec in self.workers.values())
+
     # --- reap --------------------------------------------------------------------------------
     def reap(self, other: Callable[[int, int], None]) -> list[Exit]:
         """Every child that exited: workers come back as Exits (their slots free again),

@@ -17,6 +17,7 @@ from .. import client
 from . import log as logsetup
 from ..errors import APP_LOAD_ERROR, EXIT_CONFIG_ERROR, AppLoadError, ConfigError, QueuedError
 from ..job import JobNameClash, registry
+from .notify import Notifier
 
 log = logging.getLogger("queued")
 
@@ -105,6 +106,9 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
     except ConfigError as e:
         return _fail(str(e), EXIT_CONFIG_ERROR)
     logsetup.setup(cfg.log_level, cfg.logfile)
+    # Taken out of the environment before anything is started (the embedded redis-server,
+    # the job code, workers): only the master speaks to systemd.
+    notifier = Notifier.from_environ()
     embedded = None
     try:
         if cfg.embedded_redis:
@@ -119,7 +123,7 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
         # wherever the config file lives.
         load_app(cfg.require, os.getcwd())
         _check_jobs(cfg)
-        return _run(cfg, early, embedded)
+        return _run(cfg, early, embedded, notifier)
     except AppLoadError as e:
         return _fail(str(e), APP_LOAD_ERROR)
     except (ConfigError, QueuedError) as e:
@@ -140,7 +144,7 @@ def _check_jobs(cfg) -> None:
                        "set serve_no_jobs: true for a process that only schedules and recovers")
 
 
-def _run(cfg, early_signals: list[int], embedded=None) -> int:
+def _run(cfg, early_signals: list[int], embedded=None, notifier=None) -> int:
     from .master import Master
     # After the job code loaded: a boot that fails there says so in one line, nothing else.
     log.info("%s", config_mod.startup_line(cfg))
@@ -154,7 +158,7 @@ def _run(cfg, early_signals: list[int], embedded=None) -> int:
         with open(cfg.pidfile, "w") as f:
             f.write(f"{os.getpid()}\n")
     try:
-        return Master(cfg, early_signals, embedded).run()
+        return Master(cfg, early_signals, embedded, notifier).run()
     finally:
         if cfg.pidfile:
             try:

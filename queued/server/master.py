@@ -29,6 +29,7 @@ from ..connection import make_redis
 from ..errors import EXIT_REDIS_ERROR, QueuedError
 from .heartbeat import Heartbeat, new_identity
 from ..keys import Keys
+from .notify import Notifier
 from .scheduler import Scheduler
 from .slots import Notes, SlotTable, SlotWriter, Watch
 from .waker import Waker
@@ -58,8 +59,11 @@ RUNNING, QUIET, STOPPING = "running", "quiet", "stopping"
 
 
 class Master:
-    def __init__(self, config, early_signals: list[int] | None = None, embedded=None):
+    def __init__(self, config, early_signals: list[int] | None = None, embedded=None,
+                 notifier: Notifier | None = None):
         self.config = config
+        #: systemd's notify socket (cli.main takes it from the environment); inert outside it
+        self.notify = notifier if notifier is not None else Notifier()
         #: Signals that arrived before run() installed the handlers (cli.main records them).
         self.early_signals = early_signals if early_signals is not None else []
         self.embedded = embedded  # the EmbeddedRedis the master runs (embedded_redis:), if any
@@ -115,6 +119,7 @@ class Master:
                 self._timers()
                 self._spawn()
                 self._show_title()
+                self._announce_ready()
         finally:
             self._finish()
         log.info("bye")
@@ -141,11 +146,22 @@ class Master:
             except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
                 self._redis_error("connect", e)
                 self._still_waiting(e, reports)
-            self._wait(delay)
+            if not self._pause(delay):
+                return False
+            delay = min(delay * 2, 5.0)
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds`` while handling signals and pinging systemd's watchdog (the loop
+        is alive, only Redis is not: a restart would not help). False if told to stop."""
+        until = time.monotonic() + seconds
+        while (now := time.monotonic()) < until:
+            due = self.notify.due_in(now)
+            self._wait(until - now if due is None else min(until - now, due))
+            self.notify.tick()
             self._handle_signals()
             if self.state == STOPPING:
                 return False
-            delay = min(delay * 2, 5.0)
+        return True
 
     def _still_waiting(self, err: Exception, reports: list[float]) -> None:
         """Redis unreachable at boot: the title says so, and the log again after 10 s, 30 s,
@@ -217,7 +233,8 @@ class Master:
                 timeout = min(timeout, self.deadline - now)
             if self.dumps:
                 timeout = min(timeout, max(0.0, self.next_dump - now))
-            for due in (self.waker.due_in(now), self.children.next_kill_in(now)):
+            for due in (self.waker.due_in(now), self.children.next_kill_in(now),
+                        self.notify.due_in(now)):
                 if due is not None:
                     timeout = min(timeout, due)
         try:
@@ -261,6 +278,7 @@ class Master:
         log.info("%s: shutting down; waiting up to %gs for running jobs", why,
                  self.config.shutdown_timeout)
         self.state = STOPPING
+        self.notify.stopping(self._status())
         self.deadline = time.monotonic() + self.config.shutdown_timeout
         self._signal_workers(signal.SIGTERM)
         self._resign()
@@ -314,6 +332,7 @@ class Master:
     def _in_child(self) -> None:
         """In a freshly forked worker: forget the master's plumbing."""
         signal.set_wakeup_fd(-1)
+        self.notify.close()
         os.close(self.wake_r)
         os.close(self.wake_w)
         os.close(self.waker.idle_r)
@@ -395,6 +414,7 @@ class Master:
     # --- timers ------------------------------------------------------------------------------
     def _timers(self) -> None:
         now = time.monotonic()
+        self.notify.tick(now)
         if self.dumps and now >= self.next_dump:
             pid = self.dumps.pop(0)
             if pid in self.workers:
@@ -412,7 +432,8 @@ class Master:
 
     def _show_title(self, state: str | None = None) -> None:
         """The master's process title, from the slot table: on every turn of the loop (it
-        lagged the workers by up to a heartbeat), set only when its text changes."""
+        lagged the workers by up to a heartbeat), set only when its text changes; systemd's
+        STATUS= says the same."""
         busy = sum(1 for v in self.table.views() if v.busy)
         if state is None:
             state = {QUIET: "quiet", STOPPING: "stopping"}.get(self.state, "")
@@ -420,6 +441,19 @@ class Master:
         if text != self.shown_title:
             self.shown_title = text
             titles.set_title(text)
+            self.notify.status(self._status(busy, state))
+
+    def _status(self, busy: int | None = None, state: str | None = None) -> str:
+        if busy is None:
+            busy = sum(1 for v in self.table.views() if v.busy)
+        if state is None:
+            state = {QUIET: "quiet", STOPPING: "stopping"}.get(self.state, "")
+        return titles.master_status(busy, self.config.concurrency, state)
+
+    def _announce_ready(self) -> None:
+        """READY=1 for systemd once every worker is up (has written its record), once."""
+        if not self.notify.ready_sent and self.state == RUNNING and self.children.up():
+            self.notify.ready(self._status())
 
     def _beat(self) -> None:
         views = self.table.views()

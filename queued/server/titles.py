@@ -20,6 +20,11 @@ def master_title(tag: str, busy: int, concurrency: int, state: str = "") -> str:
     return " ".join(p for p in (_prefix(tag), f"[{busy} of {concurrency} busy]", state) if p)
 
 
+def master_status(busy: int, concurrency: int, state: str = "") -> str:
+    """The same for systemd's STATUS= (``systemctl status`` shows it)."""
+    return f"{busy} of {concurrency} busy" + (f"; {state}" if state else "")
+
+
 def set_title(title: str) -> None:
     _set(_printable(title))
 

@@ -120,6 +120,7 @@ class Worker:
         self.title.idle()
         self.runner = Runner(cfg, self.keys, self.slot, self.fetcher, self.writer, self.title,
                              self.notes, self.joblog, self._outage, lambda: self.stopping)
+        self._announce_idle()  # wakes the master: this worker is up (systemd's READY waits)
 
     def _die_with_master(self) -> None:
         """Ask Linux to SIGKILL this worker when the master dies. It was a TERM, on which a
@@ -293,9 +294,9 @@ class Worker:
         time.sleep(UNREGISTERED_NAP)
 
     def _announce_idle(self) -> None:
-        """Tell the master this worker now blocks (one byte; a full pipe means the master has
-        plenty to read already), so a job it saw land on a queue nobody watched then can be
-        handed to us (waker.py)."""
+        """Tell the master this worker now blocks, or is up (one byte; a full pipe means the
+        master has plenty to read already), so a job it saw land on a queue nobody watched
+        then can be handed to us (waker.py), and so it sees at once that we started."""
         if self.idle_fd is not None:
             try:
                 os.write(self.idle_fd, b"\0")
