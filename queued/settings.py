@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .redisopts import DEFAULT_REDIS_URL, RedisOptions, redis_options
-from .values import (Invalid, boolean, error, integer, optional_seconds, path, queues, redis_url,
-                     seconds, strings, text, word)
+from .values import (Invalid, boolean, choice, error, integer, optional_seconds, path, queues,
+                     redis_url, seconds, strings, text, word)
 
 #: Read when no -C is given and it exists, as Sidekiq does (relative to the working directory).
 DEFAULT_CONFIG_FILE = os.path.join("config", "sidekiq.yml")
@@ -112,6 +112,8 @@ class Config:
                              "to the working directory).")
     logfile: str | None = _s(None, path, "Log here instead of stderr (Sidekiq 5 key; relative "
                              "to the working directory).")
+    log_format: str = _s("text", choice("text", "json"), "text (Sidekiq's line shape) or json "
+                         "(one JSON object per line, for log shippers).")
 
     @property
     def queue_names(self) -> tuple[str, ...]:

@@ -84,6 +84,16 @@ def optional_seconds(value: Any) -> float | None:
     return None if value is None else seconds(0)(value) or None
 
 
+def choice(*options: str) -> Callable[[Any], str]:
+    what = " or ".join(options)
+
+    def parse(value: Any) -> str:
+        if value not in options:
+            raise expected(what, value)
+        return value
+    return parse
+
+
 def boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise expected("true or false", value)

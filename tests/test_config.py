@@ -333,6 +333,7 @@ def test_embedded_redis_conflicts_with_redis_url(write):
     ("heartbeat_interval: 0", "heartbeat_interval"),
     ("fetch_timeout: -2", "fetch_timeout"),
     ("pidfile: 3", "pidfile"),
+    ("log_format: xml", "log_format"),
     ("environment: production", "environment"),
     ("strict: false", "strict"),
 ])

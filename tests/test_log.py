@@ -142,3 +142,85 @@ def test_a_batchs_done_lines_wait_for_its_end_and_never_pass_another_line(logfil
         f" class=X jid={'a' * 24} elapsed=0.001", f" class=X jid={'b' * 24} elapsed=0.001",
         "", ""]
     assert got[2] == " WARNING queued.worker: something else" and got[3].endswith(": done")
+
+
+# --- log_format: json -----------------------------------------------------------------------
+
+@pytest.fixture
+def jsonlog(tmp_path):
+    """queued's logging in json mode, to a file, as tid w3; text mode again afterwards."""
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    path = tmp_path / "queued.json.log"
+    logsetup.setup("INFO", str(path), tag="w3", log_format="json")
+    handler = root.handlers[-1]
+    yield path, lambda: root.handlers.__setitem__(slice(None), [handler])
+    handler.close()
+    logsetup.setup("INFO", str(tmp_path / "after.log"))  # back to text mode
+    root.handlers[-1].close()
+    root.handlers[:], root.level = saved
+    logsetup.set_context("")
+
+
+def objects(path) -> list[dict]:
+    import json
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def test_json_lines_carry_the_job_fields_while_it_runs(jsonlog):
+    path, ours = jsonlog
+    ours()
+    logging.getLogger("queued.worker").info("before")
+    logsetup.set_context(logsetup.job_context("Billing::InvoiceJob", "15acda24f01de58f49b27035",
+                                              queue="critical"))
+    logging.getLogger("app.billing").warning("charging %d\n(two lines)", 42)
+    logsetup.set_context("")
+    got = objects(path)
+    assert all(TIME.match(o.pop("time")) for o in got)
+    assert got == [
+        {"level": "INFO", "logger": "queued.worker", "pid": got[0]["pid"], "tid": "w3", "slot": 3,
+         "message": "before"},
+        {"level": "WARNING", "logger": "app.billing", "pid": got[0]["pid"], "tid": "w3",
+         "slot": 3, "jid": "15acda24f01de58f49b27035", "class": "Billing::InvoiceJob",
+         "queue": "critical", "message": "charging 42\n(two lines)"}]
+
+
+def test_json_fast_done_line_is_the_line_logging_writes(jsonlog):
+    path, ours = jsonlog
+    ours()
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    assert joblog.handler is not None and joblog.structured
+    logsetup.set_context(logsetup.job_context("X", "j" * 24, 0.0123456, "default"))
+    joblog.done()
+    joblog.flush()
+    joblog.handler = None  # the logging module's way
+    joblog.done()
+    first, second = objects(path)
+    assert first.pop("time") and second.pop("time")
+    assert first == second == {"level": "INFO", "logger": "queued.worker", "pid": first["pid"],
+                               "tid": "w3", "slot": 3, "jid": "j" * 24, "class": "X",
+                               "queue": "default", "elapsed": 0.012346, "message": "done"}
+
+
+def test_json_exception_and_a_signal_handlers_record(jsonlog):
+    path, ours = jsonlog
+    ours()
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("queued.worker").warning("fail: it broke", exc_info=True)
+    logsetup.write_record("INFO", "queued.worker", "TTIN worker 3 idle; stack:\nThread main")
+    fail, ttin = objects(path)
+    assert (fail["error_class"], fail["error_message"]) == ("ValueError", "boom")
+    assert fail["traceback"].startswith("Traceback") and "raise ValueError" in fail["traceback"]
+    assert ttin["message"] == "TTIN worker 3 idle; stack:\nThread main"
+    assert ttin["slot"] == 3 and "error_class" not in ttin
+
+
+def test_text_mode_contexts_are_plain_strings():
+    # (json mode's fields cost text mode nothing: no object per job)
+    assert type(logsetup.job_context("X", "j", 1.0, "q")) is str

@@ -105,7 +105,7 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
         cfg = config_mod.from_args(args)
     except ConfigError as e:
         return _fail(str(e), EXIT_CONFIG_ERROR)
-    logsetup.setup(cfg.log_level, cfg.logfile)
+    logsetup.setup(cfg.log_level, cfg.logfile, log_format=cfg.log_format)
     # Taken out of the environment before anything is started (the embedded redis-server,
     # the job code, workers): only the master speaks to systemd.
     notifier = Notifier.from_environ()

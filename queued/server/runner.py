@@ -105,7 +105,7 @@ class Runner:
         shown = codec.job_class_name(msg)
         self.writer.begin(msg["jid"], res.queue, shown, timeout)
         self.title.busy(shown)
-        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"]))
+        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], queue=res.queue))
         start = time.monotonic()
         job, error = None, None
         try:
@@ -121,7 +121,7 @@ class Runner:
             error = e
         elapsed = time.monotonic() - start
         self._learn(msg["class"], elapsed)
-        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], elapsed))
+        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], elapsed, res.queue))
         if error is None:
             self._succeeded(res, job)
         elif isinstance(error, ops.Release):
