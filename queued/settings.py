@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .redisopts import DEFAULT_REDIS_URL, RedisOptions, redis_options
-from .values import (Invalid, boolean, choice, error, integer, optional_seconds, path, queues,
-                     redis_url, seconds, strings, text, word)
+from .values import (Invalid, boolean, choice, error, integer, optional_integer, optional_seconds,
+                     path, queues, redis_url, seconds, strings, text, word)
 
 #: Read when no -C is given and it exists, as Sidekiq does (relative to the working directory).
 DEFAULT_CONFIG_FILE = os.path.join("config", "sidekiq.yml")
@@ -98,6 +98,15 @@ class Config:
                                       "Age in seconds after which dead jobs are trimmed.")
     max_crashes: int = _s(3, integer(1),
                           "Times a job may kill its worker before it goes to dead.")
+    max_memory_mb: int | None = _s(None, optional_integer(1), "A worker whose RSS (MiB) is over "
+                                   "this after a job leaves and a fresh one takes its place "
+                                   "(null or 0: never).")
+    max_jobs: int | None = _s(None, optional_integer(1), "A worker leaves after this many jobs "
+                              "(plus its jitter) and a fresh one takes its place (null or 0: "
+                              "never).")
+    max_jobs_jitter: int = _s(0, integer(0), "Each worker's max_jobs is raised by a random "
+                              "0..this, so workers do not all leave at once (gunicorn's "
+                              "max_requests_jitter).")
     scheduler_poll_interval: float = _s(0.05, seconds(0, above=True),
                                         "How often the scheduler leader checks schedule and retry.")
     poll_interval_average: float = _s(5.0, seconds(0, above=True),

@@ -67,6 +67,12 @@ def integer(minimum: int) -> Callable[[Any], int]:
     return parse
 
 
+def optional_integer(minimum: int) -> Callable[[Any], int | None]:
+    """An integer >= minimum, or null/0 for "off"."""
+    parse_int = integer(minimum)
+    return lambda value: None if value is None or value == 0 else parse_int(value)
+
+
 def seconds(minimum: float, *, above: bool = False) -> Callable[[Any], float]:
     what = ("a positive number of seconds" if above and minimum == 0 else
             f"a number of seconds {'>' if above else '>='} {minimum:g}")

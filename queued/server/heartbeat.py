@@ -97,16 +97,19 @@ class Heartbeat:
                 "run_at": int(v.started_at)}, separators=(",", ":"), ensure_ascii=False)
         return out
 
-    def _rss_kb(self, views: Sequence[SlotView]) -> int:
+    def _rss_kb(self, pids: Sequence[int]) -> int:
+        """The master's RSS and its live workers' (the master's own list: a slot's record
+        keeps the pid of a worker that left until the next one starts, and a pid is reused)."""
         total = 0
-        for pid in [os.getpid()] + [v.pid for v in views if v.pid]:
+        for pid in [os.getpid(), *pids]:
             try:
                 total += psutil.Process(pid).memory_info().rss
             except psutil.Error:
                 pass
         return total // 1024
 
-    def beat(self, views: Sequence[SlotView], quiet: bool, lease_ms: int) -> str | None:
+    def beat(self, views: Sequence[SlotView], quiet: bool, lease_ms: int,
+             pids: Sequence[int] = ()) -> str | None:
         """Write one beat; return a remote signal name (TSTP, TERM, TTIN) if one was queued."""
         t0 = time.perf_counter()
         self.r.ping()
@@ -124,7 +127,7 @@ class Heartbeat:
         pipe.hset(k.process(ident), mapping={
             "info": self.info, "busy": str(len(running)), "beat": repr(now),
             "rtt_us": str(rtt_us), "quiet": "true" if quiet else "false",
-            "rss": str(self._rss_kb(views))})
+            "rss": str(self._rss_kb(pids))})
         pipe.expire(k.process(ident), PROCESS_TTL)
         # The registration goes with the lease: a Redis that lost its data (restarted without
         # persistence, a failover) lost it too, and an unregistered master is never reaped

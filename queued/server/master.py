@@ -458,7 +458,8 @@ class Master:
     def _beat(self) -> None:
         views = self.table.views()
         try:
-            remote = self.heartbeat.beat(views, self.state != RUNNING, self.lease_ms)
+            remote = self.heartbeat.beat(views, self.state != RUNNING, self.lease_ms,
+                                         list(self.workers))
             if self.heartbeat.lapse:  # frozen or cut off past the lease (heartbeat._lapse)
                 log.warning("%s", self.heartbeat.lapse)
             if self.state == RUNNING:

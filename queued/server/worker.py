@@ -27,6 +27,7 @@ from . import log as logsetup
 from .. import client
 from . import titles
 from .fetch import Fetcher, Reservation
+from .recycle import Recycler
 from .runner import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL, Runner
 from .slots import Notes, SlotWriter, Watch
 
@@ -44,7 +45,7 @@ _PR_SET_PDEATHSIG = 1
 def note_labels(config) -> list:
     """The conditions the workers of one master log once per interval between them."""
     return [*(("queue", q) for q in config.queue_names), ("key", "retry"), ("key", "dead"),
-            "unregistered"]
+            "unregistered", "rss at start"]
 
 
 class _Wake(BaseException):
@@ -120,6 +121,10 @@ class Worker:
         self.title.idle()
         self.runner = Runner(cfg, self.keys, self.slot, self.fetcher, self.writer, self.title,
                              self.notes, self.joblog, self._outage, lambda: self.stopping)
+        self.recycler = Recycler.of(cfg)
+        why = self.recycler and self.recycler.check_start()
+        if why and self.notes.due("rss at start", LOG_INTERVAL):
+            log.error("worker %d: %s", self.slot, why)
         self._announce_idle()  # wakes the master: this worker is up (systemd's READY waits)
 
     def _die_with_master(self) -> None:
@@ -227,10 +232,23 @@ class Worker:
         for res in jobs:
             if self.stopping:
                 break  # told to stop: start nothing new; the master puts the rest back at the head
-            self.runner.process(res)
+            if self.recycler is None:
+                self.runner.process(res)
+            else:
+                self._process_and_count(res)
             done += 1
         self.joblog.flush()  # the batch's done lines, in one write (log.py)
         self._adapt(len(jobs), done, time.monotonic() - started)
+
+    def _process_and_count(self, res: Reservation) -> None:
+        """Run one job, then leave if it was this worker's last (recycle.py): as after a
+        TERM, nothing new is started, and what the batch still holds goes back."""
+        began = time.monotonic()
+        self.runner.process(res)
+        why = self.recycler.after_job(time.monotonic() - began)
+        if why:
+            log.info("recycling worker %d: %s; a fresh worker takes its place", self.slot, why)
+            self.stopping = True
 
     def _idle_queue(self) -> str:
         """The queue to wait on: the first (in priority order) that no other idle worker waits
