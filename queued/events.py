@@ -49,3 +49,15 @@ def report(exc: BaseException, context: dict) -> None:
             handler(exc, context)
         except Exception:  # noqa: BLE001
             log.exception("error handler %s raised", getattr(handler, "__qualname__", handler))
+
+
+def snapshot() -> tuple:
+    """Every handler, to be put back with ``restore`` (a HUP's reload of the job code)."""
+    return {name: list(fns) for name, fns in _handlers.items()}, list(error_handlers)
+
+
+def restore(state: tuple) -> None:
+    handlers, errors = state
+    for name, fns in handlers.items():
+        _handlers[name][:] = fns
+    error_handlers[:] = errors

@@ -87,6 +87,15 @@ class Registry:
     def lookup(self, name: str) -> type | None:
         return self._classes.get(name)
 
+    def snapshot(self) -> dict[str, type]:
+        """Every name and class, to be put back with ``restore`` (a HUP's reload)."""
+        with self._lock:
+            return dict(self._classes)
+
+    def restore(self, classes: dict[str, type]) -> None:
+        with self._lock:
+            self._classes = dict(classes)
+
     def names(self) -> list[str]:
         return sorted(self._classes)
 

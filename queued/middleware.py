@@ -56,6 +56,13 @@ class Chain:
     def clear(self) -> None:
         self._entries.clear()
 
+    def snapshot(self) -> list:
+        """The entries, to be put back with ``restore`` (a HUP's reload of the job code)."""
+        return list(self._entries)
+
+    def restore(self, entries: list) -> None:
+        self._entries = list(entries)
+
     def invoke(self, job: Any, msg: dict, queue: str, final: Callable[[], Any]) -> Any:
         """Run ``final`` inside every middleware, first-added outermost."""
         if not self._entries:

@@ -5,8 +5,13 @@ worker ended (a plain exit between jobs, a crash, a kill the master decided) and
 was running; kills the workers whose job ran past its timeout + grace (after asking them for
 their stack), the idle ones gone silent, and everyone left at the shutdown deadline.
 
+A master has one slot more than it has workers (slots.slot_count): a worker being replaced (a
+rolling restart, rolling.py) is marked ``leaving``, which makes room for its successor in the
+spare slot; it is asked to stop (``retire``) only once every other worker is up, and killed if
+it is still running its job ``shutdown_timeout`` later.
+
 Does not own what happens to the jobs of an exited worker (master.py hands that to
-recovery.py), nor signals or timers (master.py).
+recovery.py), nor signals or timers (master.py), nor which worker to replace when (rolling.py).
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from typing import Callable, NamedTuple
 
 from . import recovery
 from ..errors import WORKER_BOOT_ERROR
-from .slots import SlotTable, Watch
+from .slots import SlotTable, Watch, slot_count
 from .worker import Worker
 
 log = logging.getLogger("queued.master")
@@ -39,16 +44,21 @@ KILLED_BY_MASTER = {
     "shutdown": "killed by the master at the shutdown deadline",
     "timeout": "killed by the master: its job ran past its timeout + grace",
     "silent": "killed by the master: silent (stuck)",
+    "replaced": "killed by the master: still running its job shutdown_timeout after a rolling "
+                "restart asked it to stop",
 }
 
 
 class WorkerRecord:
-    def __init__(self, slot: int, pid: int, processed: int = 0):
+    def __init__(self, slot: int, pid: int, processed: int = 0, generation: int = 0):
         self.slot = slot
         self.pid = pid
         self.spawned = time.monotonic()
         self.processed_at_spawn = processed  # the slot's job count when this worker began
-        self.kill_reason: str | None = None   # "timeout", "shutdown", "silent"
+        self.generation = generation          # of the job code it was forked with (rolling.py)
+        self.leaving = False                  # being replaced: its successor may start
+        self.stop_by: float | None = None     # asked to stop (TERM); killed if still here then
+        self.kill_reason: str | None = None   # "timeout", "shutdown", "silent", "replaced"
         self.kill_at: float | None = None     # when the SIGKILL goes (after its stack dump)
         self.timeout_info: tuple[float, str] | None = None
 
@@ -75,9 +85,15 @@ class Children:
         self.in_child = in_child        # closes the master's plumbing in a forked child
         self.block_signals = block_signals
         self.workers: dict[int, WorkerRecord] = {}       # pid -> record
-        self.free: set[int] = set(range(config.concurrency))
-        self.boot_failures = [0] * config.concurrency
-        self.next_spawn = [0.0] * config.concurrency
+        slots = slot_count(config.concurrency)
+        self.free: set[int] = set(range(slots))
+        self.boot_failures = [0] * slots
+        self.next_spawn = [0.0] * slots
+        self.generation = 0  # of the job code the master has loaded (rolling.py counts them)
+        self.reconfigure(config)
+
+    def reconfigure(self, config) -> None:
+        self.config = config
         # An idle worker ticks its record before each blocking fetch, which lasts up to
         # fetch_timeout: only silence beyond that is a stuck worker (a fixed 60 s limit killed
         # the idle workers of a daemon with fetch_timeout above 60 s every minute).
@@ -85,12 +101,17 @@ class Children:
 
     # --- fork --------------------------------------------------------------------------------
     def spawn(self, busy_slots) -> None:
-        """Fork a worker for every free slot that may have one now (not in backoff, and not
-        holding jobs that were not put back yet: ``busy_slots``)."""
+        """Fork workers until ``concurrency`` of them (not counting a leaving one) serve. A
+        free slot whose worker is due back (in backoff after a boot failure, or holding jobs
+        that were not put back yet: ``busy_slots``) keeps its turn, so the spare slot is no
+        way round the backoff; of the others, one that failed at boot goes first (its backoff
+        keeps growing), then the lowest."""
         now = time.monotonic()
-        for slot in sorted(self.free):
-            if slot not in busy_slots and now >= self.next_spawn[slot]:
-                self.fork(slot)
+        need = self.config.concurrency - sum(1 for r in self.workers.values() if not r.leaving)
+        waiting = {s for s in self.free if s in busy_slots or now < self.next_spawn[s]}
+        ready = sorted(self.free - waiting, key=lambda s: (-self.boot_failures[s], s))
+        for slot in ready[:max(0, need - len(waiting))]:
+            self.fork(slot)
 
     def fork(self, slot: int) -> None:
         worker = self.make_worker(slot)
@@ -108,14 +129,22 @@ class Children:
                 worker.run()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        self.workers[pid] = WorkerRecord(slot, pid, processed)
+        self.workers[pid] = WorkerRecord(slot, pid, processed, self.generation)
         self.free.discard(slot)
 
     def up(self) -> bool:
-        """Every slot has a worker, and each has started: written its own pid into its record
-        (the first thing it does after its setup; systemd's READY=1 waits for this)."""
-        return len(self.workers) >= self.config.concurrency and all(
-            self.table.read(rec.slot).pid == rec.pid for rec in self.workers.values())
+        """``concurrency`` workers that are not leaving, each started: it has written its own
+        pid into its record (the first thing it does after its setup). systemd's READY=1
+        waits for this, and so does a rolling restart before it stops a leaving worker."""
+        serving = [rec for rec in self.workers.values() if not rec.leaving]
+        return len(serving) >= self.config.concurrency and all(
+            self.table.read(rec.slot).pid == rec.pid for rec in serving)
+
+    def retire(self, rec: WorkerRecord, stop_by: float) -> None:
+        """Ask a leaving worker to stop: it finishes the job in hand and exits (TERM); at
+        ``stop_by`` it is killed (``murder``) and that job goes back to its queue."""
+        rec.leaving, rec.stop_by = True, stop_by
+        self.kill(rec.pid, signal.SIGTERM)
 
     # --- reap --------------------------------------------------------------------------------
     def reap(self, other: Callable[[int, int], None]) -> list[Exit]:
@@ -203,6 +232,12 @@ class Children:
                 rec.kill_reason = "silent"
                 log.error("worker %d pid=%d silent for %.0fs; killing it", rec.slot, rec.pid,
                           now - v.tick)
+            elif rec.stop_by is not None and now >= rec.stop_by:
+                rec.kill_reason = "replaced"
+                log.warning("worker %d pid=%d is still running %s jid=%s %gs after the rolling "
+                            "restart asked it to stop; killing it (the job goes back to its "
+                            "queue)", rec.slot, rec.pid, v.job_class or "nothing", v.jid or "-",
+                            self.config.shutdown_timeout)
             else:
                 continue
             self.kill(rec.pid, signal.SIGKILL)
@@ -216,6 +251,9 @@ class Children:
         self.kill(rec.pid, signal.SIGTTIN)
 
     def next_kill_in(self, now: float) -> float | None:
-        """Seconds until a pending SIGKILL (after a stack dump) is due, if any."""
-        times = [rec.kill_at for rec in self.workers.values() if rec.kill_at is not None]
+        """Seconds until a pending SIGKILL (after a stack dump, or a replaced worker's
+        deadline) is due, if any."""
+        times = [rec.kill_at if rec.kill_at is not None else rec.stop_by
+                 for rec in self.workers.values() if rec.kill_at is not None
+                 or (rec.stop_by is not None and not rec.kill_reason)]
         return max(0.0, min(times) - now) if times else None

@@ -19,6 +19,7 @@ one master: a live redis-server already on the socket is an error, a stale pid f
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -30,6 +31,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from queued.errors import ConfigError, QueuedError
+
+log = logging.getLogger("queued.master")
+#: Seconds between two attempts to start an embedded Redis that died and would not start.
+RESTART_EVERY = 5.0
 
 #: Fixed places looked at before PATH (tests may replace this).
 SYSTEM_BINARIES: tuple[str, ...] = ("/usr/bin/redis-server",)
@@ -85,6 +90,7 @@ class EmbeddedRedis:
         self.url = f"unix://{self.socket}?db=0"
         self._proc: subprocess.Popen | None = None
         self._owner = 0  # the PID that started it; only that process may stop it
+        self.retry_at = 0.0  # after a failed restart, when to try again (monotonic)
 
     @property
     def pid(self) -> int | None:
@@ -179,6 +185,34 @@ class EmbeddedRedis:
         if self._proc is not None:
             self._proc.returncode = code  # so Popen does not wait for it (or warn) later
             self._proc = None
+
+    def reaped(self, pid: int, status: int) -> bool:
+        """The master reaped ``pid`` (``waitpid(-1)`` reaps every child): if it was this
+        redis-server, forget it and say so (True). Reaped without a word, the master retried a
+        Redis that nobody would ever start again."""
+        if pid != self.pid:
+            return False
+        code = os.waitstatus_to_exitcode(status)
+        self.forget(code)
+        from .recovery import describe_status  # (the words the master uses for workers)
+        log.error("embedded Redis (pid %d) exited (%s); starting it again", pid,
+                  describe_status(code))
+        return True
+
+    def restart_if_dead(self) -> None:
+        """Start it again after it died (its data is in its directory: AOF), as a supervisor
+        would, every RESTART_EVERY seconds until it starts; clients reconnect by themselves.
+        Called on every turn of the master's loop."""
+        if self.pid is not None or time.monotonic() < self.retry_at:
+            return
+        try:
+            self.start()
+        except QueuedError as e:
+            self.retry_at = time.monotonic() + RESTART_EVERY
+            log.error("embedded Redis could not be started again (%s); retrying in %gs", e,
+                      RESTART_EVERY)
+            return
+        log.info("embedded Redis started again: pid=%d", self.pid)
 
     def stop(self, timeout: float = 5.0) -> None:
         proc = self._proc

@@ -27,7 +27,7 @@ from . import recovery
 from ..keys import Keys
 from .log import pid_tag
 from ..payload import jid_of
-from .slots import SlotView, stored_jid
+from .slots import SlotView, slot_count, stored_jid
 
 #: TTL of the process record and of the dated stat keys (Sidekiq's values).
 PROCESS_TTL = 60
@@ -50,19 +50,25 @@ class Heartbeat:
         self.r = r
         self.keys = keys
         self.identity = identity
-        self.config = config
-        self.info = json.dumps({
-            "hostname": identity.rsplit(":", 2)[0], "started_at": started_at,
-            "pid": os.getpid(), "tag": config.tag, "concurrency": config.concurrency,
-            "queues": list(config.queue_names), "labels": list(config.labels),
-            "identity": identity, "version": __version__,
-        }, separators=(",", ":"))
-        self.registration = recovery.registration(config.concurrency, config.queue_names)
+        self.started_at = started_at
+        self.reconfigure(config)
+        self.registration = recovery.registration(slot_count(config.concurrency),
+                                                  config.queue_names)
         self.sent = (0, 0)  # processed, failed already flushed to stat:*
         self.renewed_at: float | None = None  # monotonic time of the last beat that went out
         #: What the last beat found about this master's own lease, for the master to log:
         #: None while the lease was live, else a sentence (see _lapse).
         self.lapse: str | None = None
+
+    def reconfigure(self, config) -> None:
+        """Take ``config`` (at start, and after a HUP: a new tag or labels show at once)."""
+        self.config = config
+        self.info = json.dumps({
+            "hostname": self.identity.rsplit(":", 2)[0], "started_at": self.started_at,
+            "pid": os.getpid(), "tag": config.tag, "concurrency": config.concurrency,
+            "queues": list(config.queue_names), "labels": list(config.labels),
+            "identity": self.identity, "version": __version__,
+        }, separators=(",", ":"))
 
     def _counts(self, views: Sequence[SlotView]) -> tuple[int, int]:
         return sum(v.processed for v in views), sum(v.failed for v in views)

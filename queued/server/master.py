@@ -31,9 +31,11 @@ from .heartbeat import Heartbeat, new_identity
 from ..keys import Keys
 from .notify import Notifier
 from .scheduler import Scheduler
-from .slots import Notes, SlotTable, SlotWriter, Watch
+from .slots import Notes, SlotTable, Watch, slot_count
 from .waker import Waker
-from .children import Children, Exit
+from .children import Children
+from .exits import Exits
+from .rolling import Rollout
 from .worker import Worker, note_labels
 
 log = logging.getLogger("queued.master")
@@ -49,36 +51,28 @@ CONNECT_BACKOFF = 0.1
 #: While Redis is unreachable at boot, "still waiting" is logged this long after the first
 #: attempt (seconds), then every WAITING_EVERY seconds.
 WAITING_REPORTS, WAITING_EVERY = (10.0, 30.0, 60.0), 60.0
-#: A condition that persists (jobs that cannot be put back, failures that cannot be written)
-#: is logged at most this often (seconds).
-KEY_LOG_INTERVAL = 60.0
-#: Seconds between two attempts to start an embedded Redis that died and would not start.
-EMBEDDED_RETRY = 5.0
 
 RUNNING, QUIET, STOPPING = "running", "quiet", "stopping"
 
 
 class Master:
     def __init__(self, config, early_signals: list[int] | None = None, embedded=None,
-                 notifier: Notifier | None = None):
+                 notifier: Notifier | None = None, code=None, reread=None):
         self.config = config
         #: systemd's notify socket (cli.main takes it from the environment); inert outside it
         self.notify = notifier if notifier is not None else Notifier()
         #: Signals that arrived before run() installed the handlers (cli.main records them).
         self.early_signals = early_signals if early_signals is not None else []
         self.embedded = embedded  # the EmbeddedRedis the master runs (embedded_redis:), if any
-        self.embedded_retry_at = 0.0
         self.keys = Keys(config.namespace)
         self.identity = new_identity()
         self.started_at = time.time()
-        self.table = SlotTable(config.concurrency)
+        self.slots = slot_count(config.concurrency)  # a spare for rolling restarts
+        self.table = SlotTable(self.slots)
         # so workers log a broken queue once; the master's own persistent conditions too
         self.notes = Notes([*note_labels(config), "held",
-                            *(("stuck", slot) for slot in range(config.concurrency))])
-        self.held: list[recovery.Held] = []  # failures Redis refused to store (retried)
-        self.watch = Watch(config.concurrency)  # which queue each idle worker waits on
-        # slot -> how its worker ended: exited, its jobs not yet put back
-        self.unrecovered: dict[int, Exit] = {}
+                            *(("stuck", slot) for slot in range(self.slots))])
+        self.watch = Watch(self.slots)  # which queue each idle worker waits on
         self.state = RUNNING
         self.deadline = None
         self.next_beat = 0.0
@@ -93,6 +87,10 @@ class Master:
         self.lease_ms = int(config.lease_timeout * 1000)
         self.children = Children(config, self.table, self.watch, self._make_worker,
                                  self._in_child, SIGNALS)
+        self.exits = Exits(self.r, self.keys, self.identity, config, self.table, self.notes,
+                           self._redis_error)
+        # HUP: the job code (appcode.AppCode, from cli) and the config file, read again
+        self.rollout = Rollout(self.children, code, reread or (lambda: self.config))
         self.shown_title = ""
         self.waiting_since: float | None = None  # Redis unreachable at boot since (monotonic)
 
@@ -114,9 +112,10 @@ class Master:
                 self.waker.step(wake=self.state == RUNNING)
                 self._reap()
                 self._mind_embedded()
-                self._recover_pending()
+                self.exits.retry()
                 self._murder()
                 self._timers()
+                self._roll()
                 self._spawn()
                 self._show_title()
                 self._announce_ready()
@@ -125,7 +124,7 @@ class Master:
         log.info("bye")
         # Jobs left reserved (Redis was away at the deadline) are another master's to put back
         # once the lease expires; the status tells a supervisor this stop was not clean.
-        return EXIT_REDIS_ERROR if self.unrecovered else 0
+        return EXIT_REDIS_ERROR if self.exits.unrecovered else 0
 
     def _connect(self) -> bool:
         """Wait for Redis (saying so at growing intervals, and in the title), register, take
@@ -135,7 +134,7 @@ class Master:
         while True:
             try:
                 self.r.ping()
-                recovery.register(self.r, self.keys, self.identity, self.config.concurrency,
+                recovery.register(self.r, self.keys, self.identity, self.slots,
                                   self.config.queue_names, self.lease_ms)
                 self._reap_expired()
                 if self.redis_down_since is not None:
@@ -185,12 +184,12 @@ class Master:
         any master recovers them once its lease expires."""
         if self.state != STOPPING or self.workers:
             return False
-        if self.unrecovered and time.monotonic() < (self.deadline or 0.0):
+        if self.exits.unrecovered and time.monotonic() < (self.deadline or 0.0):
             return False
-        if self.unrecovered:
+        if self.exits.unrecovered:
             log.warning("Redis unreachable: the jobs of %d worker slot(s) stay reserved; any "
                         "master puts them back once this one's lease expires (%gs)",
-                        len(self.unrecovered), self.config.lease_timeout)
+                        len(self.exits.unrecovered), self.config.lease_timeout)
         return True
 
     def _finish(self) -> None:
@@ -200,7 +199,7 @@ class Master:
         # The registration must stay while this master's slots may hold jobs (a worker still
         # alive because the loop ended on an error, a slot not put back, a failure not
         # written): it is how another master finds them once the lease expires.
-        if not (self.unrecovered or self.held or self.workers):
+        if not (self.exits.unrecovered or self.exits.held or self.workers):
             steps.append(lambda: recovery.unregister(self.r, self.keys, self.identity))
         for step in steps:
             try:
@@ -264,6 +263,7 @@ class Master:
             return
         log.info("%s: quiet; running jobs finish, no new jobs are fetched", why)
         self.state = QUIET
+        self.rollout.cancel("quiet")
         events.fire("quiet")
         self._signal_workers(signal.SIGTERM)
         self._resign()
@@ -278,6 +278,7 @@ class Master:
         log.info("%s: shutting down; waiting up to %gs for running jobs", why,
                  self.config.shutdown_timeout)
         self.state = STOPPING
+        self.rollout.cancel("stopping")
         self.notify.stopping(self._status())
         self.deadline = time.monotonic() + self.config.shutdown_timeout
         self._signal_workers(signal.SIGTERM)
@@ -285,7 +286,28 @@ class Master:
         self.next_beat = 0.0
 
     def _hup(self, why: str) -> None:
-        log.info("HUP ignored: queued has no reload; restart it (TERM) to pick up changes")
+        """Rolling restart (rolling.py): the config file and the job code loaded again, then
+        every worker replaced, one at a time, each after its job. Refused while quiet or
+        stopping: those workers are not replaced anyway."""
+        if self.state != RUNNING:
+            log.info("%s ignored: this master is %s", why, self.state)
+            return
+        new = self.rollout.reload(self.config, why)
+        if new is not None:
+            self._reconfigure(new)
+            self.rollout.begin(time.monotonic())
+
+    def _reconfigure(self, config) -> None:
+        """The settings a HUP may change, in the master's parts (rolling.RESTART_ONLY lists
+        the others); workers forked from now on get them from _make_worker."""
+        self.config = config
+        self.lease_ms = int(config.lease_timeout * 1000)
+        for part in (self.heartbeat, self.children):
+            part.reconfigure(config)
+        self.scheduler.config = self.exits.config = config
+        self.waker.horizon = config.fetch_timeout
+        logging.getLogger("queued").setLevel(config.log_level)
+        self.next_beat = 0.0  # a new tag or labels show at once
 
     def reopen_logs(self, why: str = "USR2") -> None:
         """Reopen ``logfile:`` (logrotate moved it away), here and in every worker."""
@@ -339,77 +361,28 @@ class Master:
 
     def _spawn(self) -> None:
         if self.state == RUNNING:
-            self.children.spawn(self.unrecovered)
+            self.children.spawn(self.exits.unrecovered)
+
+    def _roll(self) -> None:
+        if self.state == RUNNING and self.rollout.active:
+            self.rollout.step(time.monotonic(), self.config.shutdown_timeout)
 
     def _reap(self) -> None:
         for ended in self.children.reap(self._other_exited):
-            self.unrecovered[ended.slot] = ended
-            self._recover(ended)
+            self.exits.add(ended)
 
     def _murder(self) -> None:
         self.children.murder(self.deadline is not None and time.monotonic() >= self.deadline)
 
     def _other_exited(self, pid: int, status: int) -> None:
-        """A child that is not a worker: one the job code started and orphaned to us, or the
-        embedded redis-server (our child too). That one used to be reaped here without a
-        word, and the master then retried a Redis that nobody would ever start again."""
-        if self.embedded is None or pid != self.embedded.pid:
-            return
-        code = os.waitstatus_to_exitcode(status)
-        self.embedded.forget(code)
-        log.error("embedded Redis (pid %d) exited (%s); starting it again", pid,
-                  recovery.describe_status(code))
+        """A child that is not a worker: the embedded redis-server, or one the job code
+        started and orphaned to us."""
+        if self.embedded is not None:
+            self.embedded.reaped(pid, status)
 
     def _mind_embedded(self) -> None:
-        """Start the embedded Redis again if it died (its data is in its directory: AOF), as
-        a supervisor would; the workers and the master reconnect by themselves."""
-        if self.embedded is None or self.embedded.pid is not None:
-            return
-        if time.monotonic() < self.embedded_retry_at:
-            return
-        try:
-            self.embedded.start()
-        except QueuedError as e:
-            self.embedded_retry_at = time.monotonic() + EMBEDDED_RETRY
-            log.error("embedded Redis could not be started again (%s); retrying in %gs", e,
-                      EMBEDDED_RETRY)
-            return
-        log.info("embedded Redis started again: pid=%d", self.embedded.pid)
-
-    def _recover_pending(self) -> None:
-        for ended in list(self.unrecovered.values()):
-            self._recover(ended)
-
-    def _recover(self, ended: Exit) -> None:
-        """Settle an exited worker's slot (recovery.settle); retried every loop while Redis
-        is away, and the slot is not reused until it succeeds."""
-        slot = ended.slot
-        try:
-            moved, failed, held = recovery.settle(
-                self.r, self.keys, self.identity, self.config, slot, code=ended.code,
-                reason=ended.reason, running_jid=ended.running, timeout=ended.seconds)
-        except recovery.Stuck as e:
-            if self.notes.due(("stuck", slot), KEY_LOG_INTERVAL):
-                log.error("%s", e)
-            return
-        except (redis.RedisError, OSError) as e:  # see _redis_error
-            self._redis_error("recover a worker's jobs", e)
-            return
-        if failed:
-            self._count_failure(slot)
-        if held is not None:
-            self.held.append(held)
-            self.notes.due("held", KEY_LOG_INTERVAL)  # (settle logged it just now)
-        self.unrecovered.pop(slot, None)
-        if ended.reason != "exit" or moved:
-            log.log(logging.INFO if ended.reason in ("exit", "shutdown") else logging.WARNING,
-                    "worker %d %s (%s); %d job(s) put back at the head of their queues", slot,
-                    "died" if ended.reason == "crash" else "exited" if ended.reason == "exit"
-                    else "stopped", ended.describe(), moved)
-
-    def _count_failure(self, slot: int) -> None:
-        """The dead worker never counted this job; count it for the stats (the slot is free)."""
-        SlotWriter(self.table, slot, 0).end(failed=True)
+        if self.embedded is not None:
+            self.embedded.restart_if_dead()
 
     # --- timers ------------------------------------------------------------------------------
     def _timers(self) -> None:
@@ -436,7 +409,7 @@ class Master:
         STATUS= says the same."""
         busy = sum(1 for v in self.table.views() if v.busy)
         if state is None:
-            state = {QUIET: "quiet", STOPPING: "stopping"}.get(self.state, "")
+            state = self._state_text()
         text = titles.master_title(self.config.tag, busy, self.config.concurrency, state)
         if text != self.shown_title:
             self.shown_title = text
@@ -447,8 +420,13 @@ class Master:
         if busy is None:
             busy = sum(1 for v in self.table.views() if v.busy)
         if state is None:
-            state = {QUIET: "quiet", STOPPING: "stopping"}.get(self.state, "")
+            state = self._state_text()
         return titles.master_status(busy, self.config.concurrency, state)
+
+    def _state_text(self) -> str:
+        if self.state == RUNNING:
+            return self.rollout.progress()
+        return {QUIET: "quiet", STOPPING: "stopping"}[self.state]
 
     def _announce_ready(self) -> None:
         """READY=1 for systemd once every worker is up (has written its record), once."""
@@ -465,7 +443,7 @@ class Master:
             if self.state == RUNNING:
                 self.scheduler.elect()
             self._reap_expired()
-            self._write_held()
+            self.exits.write_held()
         except (redis.RedisError, OSError) as e:  # see _redis_error
             self._redis_error("heartbeat", e)
             return
@@ -480,17 +458,6 @@ class Master:
             log.info("remote signal %s received", remote)
             {"TSTP": self.quiet, "USR1": self.quiet, "TERM": self.stop,
              "TTIN": self.dump}.get(remote, lambda why: None)(f"remote {remote}")
-
-    def _write_held(self) -> None:
-        """Try again to store the failures Redis refused (recovery.Held)."""
-        for held in list(self.held):
-            if recovery.write_held(self.r, self.keys, self.identity, self.config, held):
-                self.held.remove(held)
-                log.info("worker %d: the failure Redis refused is written now (%s)", held.slot,
-                         held.kind)
-        if self.held and self.notes.due("held", KEY_LOG_INTERVAL):
-            log.error("%d failed job(s) stay reserved: their retry/dead key holds another Redis "
-                      "type (WRONGTYPE)", len(self.held))
 
     def _reap_expired(self) -> None:
         for identity, moved in recovery.reap_expired(self.r, self.keys):

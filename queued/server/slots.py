@@ -18,6 +18,13 @@ from dataclasses import dataclass
 from typing import Hashable, Iterable
 
 IDLE, BUSY = 0, 1
+
+
+def slot_count(concurrency: int) -> int:
+    """A master's worker slots: one per worker, and a spare when it has workers, so a worker
+    being replaced keeps its slot (and the jobs it holds there) until its successor is up in
+    the spare (rolling.py)."""
+    return concurrency + 1 if concurrency else 0
 #: Seconds a reader waits for a live writer to finish a write before taking the record as is.
 READ_PATIENCE = 1.0
 

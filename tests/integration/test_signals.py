@@ -223,14 +223,3 @@ def test_a_running_quiet_or_stopping_master_idles(daemon, producer, r):
     assert cpu_seconds(d.pid) < 0.3
     d.signal(signal.SIGTERM)
     assert d.wait(10) == 0
-
-
-def test_hup_is_ignored_with_a_log_line(daemon, producer, r):
-    d = daemon()
-    workers = d.worker_pids()
-    d.signal(signal.SIGHUP)
-    d.wait_log("HUP ignored")
-    jid = jobs.Record.perform_async("after HUP")
-    wait_for(lambda: done(r).get(jid) == 1, 5, what="a job after HUP")
-    assert d.worker_pids() == workers
-    assert d.stop() == 0

@@ -1,0 +1,88 @@
+"""What the master does for a worker that exited: its slot is settled (recovery.settle: the
+jobs it held go back to the head of their queues, the one it was running counts a crash or
+takes the failure path), retried on every turn of the loop while Redis is away (the slot is not
+reused until then); and the failures Redis refused to store (recovery.Held: a retry or dead key
+of another type) are written again on every heartbeat until it takes them.
+
+Does not own how workers end (children.py) nor the loop (master.py).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import redis
+
+from . import recovery
+from .children import Exit
+from .slots import Notes, SlotTable, SlotWriter
+
+log = logging.getLogger("queued.master")
+
+#: A condition that persists (jobs that cannot be put back, failures that cannot be written)
+#: is logged at most this often (seconds).
+KEY_LOG_INTERVAL = 60.0
+
+
+class Exits:
+    def __init__(self, r: redis.Redis, keys, identity: str, config, table: SlotTable,
+                 notes: Notes, redis_error: Callable[[str, Exception], None]):
+        self.r = r
+        self.keys = keys
+        self.identity = identity
+        self.config = config
+        self.table = table
+        self.notes = notes
+        self.redis_error = redis_error  # the master's "Redis is away: log once" step
+        #: slot -> how its worker ended: exited, its jobs not yet put back
+        self.unrecovered: dict[int, Exit] = {}
+        self.held: list[recovery.Held] = []  # failures Redis refused to store (retried)
+
+    def add(self, ended: Exit) -> None:
+        self.unrecovered[ended.slot] = ended
+        self.settle(ended)
+
+    def retry(self) -> None:
+        for ended in list(self.unrecovered.values()):
+            self.settle(ended)
+
+    def settle(self, ended: Exit) -> None:
+        """Settle an exited worker's slot (recovery.settle); retried every loop while Redis
+        is away, and the slot is not reused until it succeeds."""
+        slot = ended.slot
+        try:
+            moved, failed, held = recovery.settle(
+                self.r, self.keys, self.identity, self.config, slot, code=ended.code,
+                reason=ended.reason, running_jid=ended.running, timeout=ended.seconds)
+        except recovery.Stuck as e:
+            if self.notes.due(("stuck", slot), KEY_LOG_INTERVAL):
+                log.error("%s", e)
+            return
+        except (redis.RedisError, OSError) as e:
+            self.redis_error("recover a worker's jobs", e)
+            return
+        if failed:
+            # The dead worker never counted this job; count it for the stats (the slot is free)
+            SlotWriter(self.table, slot, 0).end(failed=True)
+        if held is not None:
+            self.held.append(held)
+            self.notes.due("held", KEY_LOG_INTERVAL)  # (settle logged it just now)
+        self.unrecovered.pop(slot, None)
+        if ended.reason != "exit" or moved:
+            log.log(logging.INFO if ended.reason in ("exit", "shutdown", "replaced")
+                    else logging.WARNING,
+                    "worker %d %s (%s); %d job(s) put back at the head of their queues", slot,
+                    "died" if ended.reason == "crash" else "exited" if ended.reason == "exit"
+                    else "stopped", ended.describe(), moved)
+
+    def write_held(self) -> None:
+        """Try again to store the failures Redis refused (recovery.Held). Raises Redis errors
+        (the heartbeat's caller logs them)."""
+        for held in list(self.held):
+            if recovery.write_held(self.r, self.keys, self.identity, self.config, held):
+                self.held.remove(held)
+                log.info("worker %d: the failure Redis refused is written now (%s)", held.slot,
+                         held.kind)
+        if self.held and self.notes.due("held", KEY_LOG_INTERVAL):
+            log.error("%d failed job(s) stay reserved: their retry/dead key holds another Redis "
+                      "type (WRONGTYPE)", len(self.held))
