@@ -33,6 +33,7 @@ from .. import connection
 from . import retry
 from .scripts import FAIL, RESERVE
 from ..keys import Keys
+from ..tracking import Move
 
 log = logging.getLogger("queued.fetch")
 
@@ -70,15 +71,20 @@ def split_member(member: bytes) -> tuple[str, bytes]:
 
 def failure_call(keys: Keys, reserved_key: str, member: bytes, kind: str, score: float,
                  payload: str | bytes, dead_timeout: int, dead_max_jobs: int,
-                 queue: str = "") -> tuple[list, list]:
+                 queue: str = "", task: Move | None = None) -> tuple[list, list]:
     """KEYS and ARGV of fail.lua, for the worker (Fetcher.fail) and the master alike. Kinds:
-    retry, dead, drop; and a job's own release: later (to schedule), queue (to ``queue``)."""
+    retry, dead, drop; a job's own release: later (to schedule), queue (to ``queue``); done
+    (a job of a task that succeeded). ``task``: the job's move in its task."""
     target = {"retry": keys.retry, "later": keys.schedule,
               "queue": keys.queue(queue)}.get(kind, keys.dead)
     trim = retry.dead_trim_bounds(score, dead_timeout, dead_max_jobs)
-    return ([reserved_key, target, keys.queues],
-            [member, kind, repr(float(score)), payload, repr(trim.min_score_exclusive),
-             trim.rank_stop, queue])
+    ks = [reserved_key, target, keys.queues]
+    args = [member, kind, repr(float(score)), payload, repr(trim.min_score_exclusive),
+            trim.rank_stop, queue]
+    if task is not None:
+        ks += task.keys(keys)
+        args += task.args(keys)
+    return ks, args
 
 
 def fetch_orders(names: Sequence[str], weighted: Sequence[str], strict: bool, n: int,
@@ -407,13 +413,18 @@ class Fetcher:
                 raise
 
     def fail(self, res: Reservation, kind: str, score: float, payload: str | bytes,
-             queue: str = "") -> int:
+             queue: str = "", task: Move | None = None) -> int:
         """End a reservation other than with an ack, atomically: a failed job to retry or
-        dead (or dropped), a released one to later or to its ``queue`` (failure_call).
-        WRITTEN, GONE or REFUSED (see there)."""
+        dead (or dropped), a released one to later or to its ``queue``, a job of a task with
+        its move there (failure_call). WRITTEN, GONE or REFUSED (see there)."""
         keys, args = failure_call(self.keys, self.reserved_key, res.member, kind, score,
-                                  payload, self.dead_timeout, self.dead_max_jobs, queue)
+                                  payload, self.dead_timeout, self.dead_max_jobs, queue, task)
         return int(self._script(FAIL, keys, args))
+
+    def run(self, script, keys, args):
+        """Another script on this connection, pending acks riding along (a job of a task is
+        marked working with it as it starts, and its messages are written: tracking.py)."""
+        return self._script(script, keys, args)
 
     def renew_lease(self, lease_key: str, lease_ms: int) -> bool:
         """Extend this worker's master's lease (a job's touch): True if it still had one.
