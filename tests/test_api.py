@@ -258,3 +258,18 @@ def test_running_jobs_with_their_runtime(r, admin):
     assert (running.identity, running.tid, running.queue, running.runtime) == (
         "h:1:a", "abc", "default", 10.0)
     assert running.entry.jid == f"{1:024x}" and running.entry.args == [1]
+
+
+def test_queue_summaries_give_size_latency_and_pause_of_every_queue(r, admin):
+    # Given two queues with jobs (the oldest default job enqueued 30 s ago) and a paused
+    # queue that has none yet (so it is not in `queues`)
+    now = time.time()
+    r.sadd("queues", "default", "low")
+    r.lpush("queue:default", job(1, enqueued_at=now - 30), job(2, enqueued_at=now - 5))
+    r.lpush("queue:low", job(3, "low", enqueued_at=now - 2))
+    admin.queue("later").pause()
+    # Then each is listed by name with its size, its oldest job's wait and its pause
+    got = [(q.name, q.size, round(q.latency), q.paused) for q in admin.queue_summaries(now)]
+    assert got == [("default", 2, 30, False), ("later", 0, 0, True), ("low", 1, 2, False)]
+    assert admin.queue_summaries(now)[0].as_dict() == {
+        "name": "default", "size": 2, "latency": pytest.approx(30), "paused": False}
