@@ -64,16 +64,18 @@ def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequen
 
 
 def print_pairs(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
-    """A two-column table of names and values (an overview)."""
+    """A title line (longer than the table is wide: a URL), then names and values."""
     _rich()
     from rich.console import Console
     from rich.table import Table
-    table = Table(title=title, show_header=False, title_justify="left")
+    table = Table(show_header=False)
     table.add_column("name")
     table.add_column("value", justify="right")
     for name, value in pairs:
         table.add_row(name, str(value))
-    Console(highlight=False).print(table)
+    console = Console(highlight=False)
+    console.print(title, markup=False)
+    console.print(table)
 
 
 # --- progress -----------------------------------------------------------------------------------
@@ -180,11 +182,23 @@ def count(n: int) -> str:
     return f"{n:,}"
 
 
+def plural(n: int, noun: str) -> str:
+    """"1 job", "2,000 jobs", "1 process", "3 processes"."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n:,} {noun}{'es' if noun.endswith('s') else 's'}"
+
+
 def megabytes(kb: int | None) -> str:
     return "-" if kb is None else f"{kb / 1024:.0f} MB"
 
 
-def compact(value: Any, width: int = 60) -> str:
-    """Arguments as compact JSON, cut to ``width`` characters with an ellipsis."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+def cut(text: str, width: int) -> str:
+    """``text`` on one line, cut to ``width`` characters with an ellipsis."""
+    text = " ".join(text.split())
     return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def compact(value: Any, width: int = 60) -> str:
+    """Arguments as compact JSON, cut to ``width`` characters."""
+    return cut(json.dumps(value, ensure_ascii=False, separators=(",", ":")), width)
