@@ -77,10 +77,12 @@ def full(r):
 # --- stats, queues, history -------------------------------------------------------------------
 
 def test_stats_as_a_table_and_as_json(full, redis_url):
+    a_process(full, "web-2:99:aa", busy=2)
     table = ok("stats", url=redis_url)
     assert f"queued on {redis_url}" in table
-    assert ["Processed", "1,234"] in rows(table) and ["Dead", "3"] in rows(table)
-    assert ["Enqueued", "4"] in rows(table) and ["Busy", "1"] in rows(table)
+    assert rows(table)[:8] == [
+        ["Processed", "1,234"], ["Failed", "56"], ["Enqueued", "4"], ["Scheduled", "1"],
+        ["Retries", "1"], ["Dead", "3"], ["Processes", "2"], ["Busy", "3"]]
     (default,) = [row for row in rows(table) if row[0] == "default"]
     assert default[:2] == ["default", "3"] and default[2].endswith(" s")
     doc = ctl_json("stats", url=redis_url)
@@ -90,7 +92,7 @@ def test_stats_as_a_table_and_as_json(full, redis_url):
     assert doc.pop("default_latency") == pytest.approx(latency["default"], abs=2)
     assert abs(doc.pop("time") - time.time()) < 30
     assert doc == {"processed": 1234, "failed": 56, "enqueued": 4, "scheduled": 1,
-                   "retries": 1, "dead": 3, "processes": 1, "busy": 1,
+                   "retries": 1, "dead": 3, "processes": 2, "busy": 3,
                    "queues": {"default": {"size": 3, "paused": False},
                               "low": {"size": 1, "paused": False}}}
 
