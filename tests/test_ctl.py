@@ -456,3 +456,37 @@ def test_a_reader_that_leaves_early_gets_no_traceback(r, redis_url):
     proc.stdout.read(100)
     proc.stdout.close()
     assert proc.wait(60) == 0 and proc.stderr.read() == b""
+
+
+def test_the_console_script_and_an_embedded_redis_socket(redis_server, tmp_path):
+    # Given a redis-server listening only on the socket embedded_redis: DIR gives the master
+    # (DIR/redis.sock) and a config naming DIR
+    from conftest import find_redis_server
+    sock = tmp_path / "redis.sock"
+    server = subprocess.Popen([find_redis_server(), "--port", "0", "--unixsocket", str(sock),
+                               "--save", "", "--appendonly", "no"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(sock.exists, 10, what="the socket")
+        conf = tmp_path / "sidekiq.yml"
+        conf.write_text(f"embedded_redis: {tmp_path}\n")
+        # When the queuedctl that setup.cfg installs (its entry point, run as pip writes it)
+        # is given that config
+        import configparser
+        cfg = configparser.ConfigParser()
+        cfg.read(os.path.join(ROOT, "setup.cfg"))
+        entry = dict(line.split(" = ") for line in
+                     cfg["options.entry_points"]["console_scripts"].strip().splitlines())
+        module, function = entry["queuedctl"].split(":")
+        script = tmp_path / "queuedctl"
+        script.write_text(f"import sys\nfrom {module} import {function}\n"
+                          f"sys.exit({function}())\n")
+        proc = subprocess.run([sys.executable, str(script), "-C", str(conf), "stats", "--json"],
+                              capture_output=True, text=True, env=ctl_env(), cwd=tmp_path,
+                              timeout=60)
+        # Then it reads that Redis
+        assert (proc.returncode, proc.stderr) == (0, "")
+        assert json.loads(proc.stdout)["processed"] == 0
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -1,5 +1,6 @@
 """``queuedctl``: the operator's command, over ``queued.api``. The command line and where Redis
-is are here; the commands are in ctlcmds.py, how they show things in ctlout.py.
+is are here; the commands are in ctlcmds.py (numbers, queues), ctljobs.py (jobs) and
+ctlprocs.py (processes, ping), how they show things in ctlout.py.
 
 Exit status (DESIGN.md's contract): 0 done; 1 the thing asked about is unhealthy or absent (a
 jid not found, no such process, ping failed); 2 usage or config error (argparse's own, a bad
@@ -26,13 +27,13 @@ from .. import __version__, config as config_mod
 from ..errors import ConfigError
 from ..redisopts import DEFAULT_REDIS_URL, mask_url
 from ..settings import DEFAULT_CONFIG_FILE
-from . import ctlcmds, ctlprocs
+from . import ctlcmds, ctljobs, ctlprocs
 from .ctlout import INSTALL_HINT, NeedRich
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 #: In the order of --help.
-COMMANDS = [*ctlcmds.COMMANDS, *ctlprocs.COMMANDS]
+COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctlprocs.COMMANDS]
 
 DESCRIPTION = """\
 Look after the jobs and processes of queued (and Sidekiq) on one Redis: stats, queues,

@@ -13,7 +13,7 @@ import socket
 from .. import __version__
 from .api import Process
 from . import ctlout as out
-from .ctlcmds import Command, Context, Unhealthy, Usage, _json_flag
+from .ctlcmds import Command, Context, Unhealthy, Usage, json_flag
 
 #: A process whose last beat is older than this is shown as stale (Sidekiq's record lives
 #: 60 s after its last beat; queued and Sidekiq beat every 5 s).
@@ -76,7 +76,7 @@ def _target_arguments(p: argparse.ArgumentParser) -> None:
                        help="the process (queuedctl processes lists them; a unique start of "
                             "one, such as HOST:PID, will do)")
     which.add_argument("--all", action="store_true", help="every live process")
-    _json_flag(p)
+    json_flag(p)
 
 
 def _check_target(args) -> None:
@@ -175,9 +175,9 @@ examples:
 
 COMMANDS = [
     Command("processes", "the live processes (queued's and Sidekiq's): busy, quiet, beat",
-            run_processes, _json_flag, tables=True, aliases=("ps",),
+            run_processes, json_flag, tables=True, aliases=("ps",),
             epilog="examples:\n  queuedctl processes\n  queuedctl processes --json"),
-    Command("running", "the jobs running now, in every process", run_running, _json_flag,
+    Command("running", "the jobs running now, in every process", run_running, json_flag,
             tables=True, aliases=("workers",),
             epilog="example:\n  queuedctl running --json"),
     Command("quiet", "a process stops taking jobs (then stop it)", _run_signal("quiet"),
@@ -197,6 +197,6 @@ COMMANDS = [
             epilog="example:\n  queuedctl dump --all   # then read the daemons' logs"),
     Command("ping", "health probe: exit 0 when Redis (and a process) answers", run_ping,
             _ping_arguments, epilog=PING_EPILOG),
-    Command("version", "print queued's version", run_version, _json_flag,
+    Command("version", "print queued's version", run_version, json_flag,
             epilog="examples:\n  queuedctl version\n  queuedctl version --json"),
 ]
