@@ -490,3 +490,16 @@ def test_the_console_script_and_an_embedded_redis_socket(redis_server, tmp_path)
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_job_text_is_shown_as_it_is_and_ids_are_never_cut(r, redis_url):
+    # Given a dead job whose class, arguments and error look like rich's markup
+    r.zadd("dead", {failed(1, message="[bold]boom[/bold]", args=[True, "[red]x"],
+                           klass="[i]Cls"): NOW - 5})
+    # Then they are printed as they are
+    (row,) = rows(ok("jobs", "dead", url=redis_url))
+    assert row[1:5] == [jid(1), "[i]Cls", "default", '[true,"[red]x"]']
+    assert row[5] == "RuntimeError: [bold]boom[/bold] 1"
+    # And in a table too narrow for every cell, the jid stays whole on its line
+    narrow = ok("jobs", "dead", url=redis_url, env={"COLUMNS": "50"})
+    assert jid(1) in narrow

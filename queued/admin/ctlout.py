@@ -46,35 +46,47 @@ def warn(text: str) -> None:
 
 # --- tables -------------------------------------------------------------------------------------
 
+#: Columns of ids: never wrapped (a jid cut in two cannot be copied); others fold instead.
+WHOLE = ("JID", "Identity", "Process")
+
+
+def _console():
+    # No markup: a job's arguments or error text such as "[bold]" or [true] is data, and
+    # rich would take it for a style and print nothing.
+    from rich.console import Console
+    return Console(highlight=False, markup=False)
+
+
 def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
                 caption: str | None = None, right: Sequence[str] = ()) -> None:
     """A table on stdout. Off a terminal rich draws it without colour, as wide as $COLUMNS
-    (80 without it); cells wrap (fold) rather than lose their end, so a jid or an identity is
-    never cut."""
+    (80 without it); long cells wrap (fold) rather than lose their end, and ids keep their
+    whole width."""
     _rich()
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+    cells = [[str(cell) for cell in row] for row in rows]
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    for name in columns:
+    for i, name in enumerate(columns):
+        widest = max((len(row[i]) for row in cells), default=0)
         table.add_column(name, justify="right" if name in right else "left",
-                         overflow="fold")
-    for row in rows:
-        table.add_row(*(str(cell) for cell in row))
-    Console(highlight=False).print(table)
+                         overflow="fold", min_width=widest if name in WHOLE else None)
+    for row in cells:
+        table.add_row(*(Text(cell) for cell in row))
+    _console().print(table)
 
 
 def print_pairs(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
     """A title line (longer than the table is wide: a URL), then names and values."""
     _rich()
-    from rich.console import Console
     from rich.table import Table
     table = Table(show_header=False)
     table.add_column("name")
     table.add_column("value", justify="right")
     for name, value in pairs:
         table.add_row(name, str(value))
-    console = Console(highlight=False)
-    console.print(title, markup=False)
+    console = _console()
+    console.print(title)
     console.print(table)
 
 
