@@ -500,6 +500,9 @@ def test_job_text_is_shown_as_it_is_and_ids_are_never_cut(r, redis_url):
     (row,) = rows(ok("jobs", "dead", url=redis_url))
     assert row[1:5] == [jid(1), "[i]Cls", "default", '[true,"[red]x"]']
     assert row[5] == "RuntimeError: [bold]boom[/bold] 1"
-    # And in a table too narrow for every cell, the jid stays whole on its line
+    # And in a table too narrow for every cell, the jid stays whole on its line, and the
+    # others wrap within the width (nothing cropped off the right side)
     narrow = ok("jobs", "dead", url=redis_url, env={"COLUMNS": "50"})
     assert jid(1) in narrow
+    drawn = narrow.splitlines()[1:-1]  # (less the title and the caption)
+    assert drawn and all(len(line) <= 50 and line[-1] in "┓┃┩│┘" for line in drawn)

@@ -67,10 +67,11 @@ def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequen
     from rich.text import Text
     cells = [[str(cell) for cell in row] for row in rows]
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    for i, name in enumerate(columns):
-        widest = max((len(row[i]) for row in cells), default=0)
+    for name in columns:
+        # (no_wrap, not min_width: rich shrinks the other columns around a no_wrap one, but
+        # crops the table's right side to honour a min_width)
         table.add_column(name, justify="right" if name in right else "left",
-                         overflow="fold", min_width=widest if name in WHOLE else None)
+                         overflow="fold", no_wrap=name in WHOLE)
     for row in cells:
         table.add_row(*(Text(cell) for cell in row))
     _console().print(table)
