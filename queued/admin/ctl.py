@@ -28,7 +28,7 @@ from ..errors import ConfigError
 from ..redisopts import DEFAULT_REDIS_URL, mask_url
 from ..settings import DEFAULT_CONFIG_FILE
 from . import ctlcmds, ctljobs, ctlprocs
-from .ctlout import INSTALL_HINT, NeedRich
+from .ctlout import INSTALL_HINT, NeedRich, require_rich
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec.check(args)
         if spec.tables and not getattr(args, "json", False):
-            ctlcmds.require_rich()
+            require_rich()
         url, namespace, source = redis_target(args)
         client = connect(url, source, getattr(args, "timeout", 5.0))
         ctx = ctlcmds.Context(client, namespace, mask_url(url), source)

@@ -43,8 +43,9 @@ class Command:
 
 
 class Context:
-    """What a command works with: the Admin (connected on first use, so ``version`` never
-    needs Redis), the masked URL for messages, and one "now" for every time shown."""
+    """What a command works with: the Admin (its client connects at its first command, so
+    ``version`` never touches Redis), the masked URL for messages, and one "now" for every
+    time shown."""
 
     def __init__(self, client: redis_lib.Redis, namespace: str | None, where: str, source: str):
         self.client = client
@@ -59,10 +60,6 @@ class Context:
         if self._admin is None:
             self._admin = Admin(self.client, namespace=self.namespace)
         return self._admin
-
-
-def require_rich() -> None:
-    out._rich()
 
 
 def json_flag(p: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ class NeedRich(Exception):
     """rich is not installed and something asked for a table."""
 
 
-def _rich():
+def require_rich():
     try:
         import rich.console  # noqa: F401
         import rich.table  # noqa: F401
@@ -62,7 +62,7 @@ def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequen
     """A table on stdout. Off a terminal rich draws it without colour, as wide as $COLUMNS
     (80 without it); long cells wrap (fold) rather than lose their end, and ids keep their
     whole width."""
-    _rich()
+    require_rich()
     from rich.table import Table
     from rich.text import Text
     cells = [[str(cell) for cell in row] for row in rows]
@@ -79,7 +79,7 @@ def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequen
 
 def print_pairs(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
     """A title line (longer than the table is wide: a URL), then names and values."""
-    _rich()
+    require_rich()
     from rich.table import Table
     table = Table(show_header=False)
     table.add_column("name")
