@@ -30,6 +30,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any, Iterable
 
 import redis as redis_lib
@@ -39,6 +40,12 @@ from .keys import Keys
 from .middleware import Chain, client_middleware
 from .arguments import check_args
 from .payload import dumps, new_jid
+from .tracking import TASK_FIELD
+
+#: The task whose ``with`` block is open in this context (task.py): a push inside it carries
+#: the task's id and is handed to the task (``collect``), which writes every job of the block
+#: with its record, in bulk, when the block ends.
+task_sink: ContextVar[Any] = ContextVar("queued_task_sink", default=None)
 
 #: The clock every push reads (created_at, enqueued_at, at <= now). Tests may replace it.
 clock = time.time
@@ -148,10 +155,13 @@ class Client:
     # --- pushing ---
     def push(self, item: Mapping) -> str | None:
         """Push one job; its jid, or None if a middleware cancelled it."""
+        sink = task_sink.get()
+        if sink is not None:
+            item = {**item, TASK_FIELD: sink.id}
         msg = self.normalize(item)
         if not self._run_middleware(msg):
             return None
-        self._write([msg], clock())
+        self._write([msg], clock(), sink)
         return msg["jid"]
 
     def push_bulk(self, item: Mapping, *, batch_size: int = BULK_BATCH) -> list[str]:
@@ -168,6 +178,9 @@ class Client:
         if not args:
             return []
         item = dict(item)
+        sink = task_sink.get()
+        if sink is not None:
+            item[TASK_FIELD] = sink.id
         at = item.pop("at", None)
         ats = at if isinstance(at, list) else None
         if ats is not None:
@@ -183,7 +196,8 @@ class Client:
         jids: list[str] = []
         for start in range(0, len(args), batch_size):
             if ats is None and not len(self.middleware):
-                alike = self._push_alike(normed, args[start:start + batch_size], at, now)
+                alike = self._push_alike(normed, args[start:start + batch_size], at, now,
+                                         sink)
                 if alike is not None:
                     jids.extend(alike)
                     continue
@@ -197,7 +211,7 @@ class Client:
                 if self._run_middleware(msg):
                     payloads.append(msg)
             if payloads:
-                self._write(payloads, now)
+                self._write(payloads, now, sink)
                 jids.extend(m["jid"] for m in payloads)
         return jids
 
@@ -212,7 +226,8 @@ class Client:
 
         self._pipeline(fill)
 
-    def _push_alike(self, normed: dict, batch: list, at: Any, now: float) -> list[str] | None:
+    def _push_alike(self, normed: dict, batch: list, at: Any, now: float,
+                    sink: Any = None) -> list[str] | None:
         """Write a bulk batch whose jobs differ only in args and jid (no middleware, one
         ``at`` for all): the payload is encoded once with markers in their place and each
         job's args and jid are spliced in. JSON encoding is compositional, so this is byte for
@@ -233,29 +248,51 @@ class Client:
         if jid_mark in head:  # the item put its own "jid" key before "args"
             return None
         jids = [new_jid() for _ in batch]
-        texts = [f"{head}{dumps(job_args)}{middle}{_quote(jid)}{tail}"
-                 for job_args, jid in zip(batch, jids)]
+        arg_texts = [dumps(job_args) for job_args in batch]
+        texts = [f"{head}{a}{middle}{_quote(jid)}{tail}" for a, jid in zip(arg_texts, jids)]
         if texts[0] != dumps({**probe, "args": list(batch[0]), "jid": jids[0]}):
             return None
-        if scheduled:
+        if sink is not None:
+            # The records, spliced the same way: {"class", "queue", "args"[, "at"]}.
+            queue = normed["queue"]
+            start = f'{{"class":{dumps(normed["class"])},"queue":{dumps(queue)},"args":'
+            end = f',"at":{dumps(at)}}}' if scheduled else "}"
+            where = (None, at) if scheduled else (queue, None)
+            sink.collect([(jid, f"{start}{a}{end}", *where, text)
+                          for a, jid, text in zip(arg_texts, jids, texts)])
+        elif scheduled:
             self._send({}, dict.fromkeys(texts, at))
         else:
             self._send({normed["queue"]: texts}, {})
         return jids
 
-    def _write(self, payloads: Iterable[dict], now: float) -> None:
+    def _write(self, payloads: Iterable[dict], now: float, sink: Any = None) -> None:
         """One pipeline: a future ``at`` -> ZADD schedule (no at, no enqueued_at); everything
-        else -> SADD queues + LPUSH queue:<q> with enqueued_at = now."""
+        else -> SADD queues + LPUSH queue:<q> with enqueued_at = now. Inside a task's block
+        the jobs and their records go to the task instead (task.py writes them)."""
         queued: dict[str, list[str]] = {}
         scheduled: dict[str, float] = {}
+        entries: list[tuple] = []  # for a task: (jid, record, queue or None, payload, at)
         for msg in payloads:
             at = msg.pop("at", None)
             if _is_number(at) and at > now:
-                scheduled[dumps(msg)] = at
+                text = dumps(msg)
+                scheduled[text] = at
+                where: tuple = (None, at)
             else:
                 msg["enqueued_at"] = now
-                queued.setdefault(msg["queue"], []).append(dumps(msg))
-        self._send(queued, scheduled)
+                text = dumps(msg)
+                queued.setdefault(msg["queue"], []).append(text)
+                where, at = (msg["queue"], None), None
+            if sink is not None:
+                record = {"class": msg["class"], "queue": msg["queue"], "args": msg["args"]}
+                if at is not None:
+                    record["at"] = at
+                entries.append((msg["jid"], dumps(record), *where, text))
+        if sink is not None:
+            sink.collect(entries)
+        else:
+            self._send(queued, scheduled)
 
     def _send(self, queued: dict[str, list[str]], scheduled: dict[str, float]) -> None:
         """SADD queues + LPUSH queue:<q> of the encoded payloads by queue, ZADD schedule of

@@ -33,11 +33,12 @@ def make_redis(url: str, *, socket_timeout: float | None = SOCKET_TIMEOUT, name:
 
 
 class Script:
-    """One Lua file (``directory``/``name``.lua), run by SHA."""
+    """One Lua file (``directory``/``name``.lua), run by SHA. ``prelude``: a library's source
+    put in front of it (Lua scripts cannot include one another; queued/lua/task.lua is one)."""
 
-    def __init__(self, directory: str, name: str):
+    def __init__(self, directory: str, name: str, prelude: bytes = b""):
         with open(os.path.join(directory, name + ".lua"), "rb") as f:
-            self.source = f.read()
+            self.source = prelude + f.read()
         self.name = name
         self.sha = hashlib.sha1(self.source).hexdigest()
 

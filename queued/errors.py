@@ -46,6 +46,17 @@ class JobTimeout(BaseException):
     """
 
 
+class JobFailed(Exception):
+    """Raised by a job for a business failure (seed 000's "this product cannot be registered"):
+    the job is not retried. In a task its record says ``failed`` with this message; outside a
+    task it goes to ``dead`` at once, so an operator sees it. Any other exception is a system
+    error, retried by the job's policy."""
+
+    def __init__(self, reason: str = ""):
+        super().__init__(reason or "failed")
+        self.reason = reason or "failed"
+
+
 class WorkerKilled(QueuedError):
     """Recorded as the error of a job whose worker process died under it (poison pill)."""
 

@@ -210,6 +210,8 @@ class Job:
     queue: str | None = None
     #: The parsed payload dict (read it; changing it changes nothing in Redis).
     msg: dict | None = None
+    #: The id of the task this job belongs to (``queued.Task``), None outside a task.
+    task_id: str | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -243,6 +245,20 @@ class Job:
     def bury(self, reason: str = "") -> NoReturn:
         """Send this job to dead now, on purpose."""
         ops.bury(reason)
+
+    # --- tasks (queued.Task) ---
+    def say(self, text: str) -> None:
+        """Add a time-stamped line to this job's message log in its task (logged too)."""
+        ops.say(text)
+
+    @property
+    def task(self) -> Any:
+        """This job's task, reopened (``queued.Task``): jobs pushed in ``with self.task:``
+        join it, and the task cannot complete before they end. None outside a task."""
+        if self.task_id is None:
+            return None
+        from .task import Task  # (task.py imports job.py's callers; imported when used)
+        return Task.find(self.task_id, client=self.queued_client())
 
     @classmethod
     def retry_in(cls, count: int, exc: BaseException) -> float | None:

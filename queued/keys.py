@@ -96,3 +96,25 @@ class Keys:
     @property
     def scheduler_leader(self) -> str:  # string identity, PX TTL; scheduler.py
         return self.ns + "queued:scheduler-leader"
+
+    # --- tasks (task.py creates them; queued/lua/task.lua moves their jobs) --------------------
+    def task(self, task_id: str) -> str:
+        """hash: description, created_at, sealed, callbacks, TTLs, completed_at, succeeded_at."""
+        return f"{self.ns}queued:task:{task_id}"
+
+    def task_keys(self, task_id: str) -> list[str]:
+        """Every key of one task, in the order queued/lua/task.lua takes them: the hash, one
+        set of jids per state (TASK_STATES), then the hashes jid -> record (class, queue,
+        args), jid -> last error, jid -> message lines."""
+        base = self.task(task_id)
+        return [base, *(f"{base}:{state}" for state in TASK_STATES),
+                f"{base}:jobs", f"{base}:errors", f"{base}:log"]
+
+    @property
+    def tasks(self) -> str:  # zset task id -> created_at, newest last; task.py adds and trims
+        return self.ns + "queued:tasks"
+
+
+#: A task's job states, in the order of their sets in Keys.task_keys and task.lua. ``retry`` is
+#: an error waiting for its retry, ``error`` a final one (the job died, or was buried).
+TASK_STATES = ("enqueued", "working", "finished", "failed", "retry", "error")

@@ -11,12 +11,17 @@
   payload counts buries (``bury_count``). An operator kicks it back with
   ``queuedctl retry dead JID`` (which counts ``kick_count``).
 
-``Job.release``/``touch``/``bury`` call these; plain function jobs (``@queued.job``) call them
+- ``say(text)``: a time-stamped line in this job's message log in its task (seed 000's
+  messages: "registered", "price rejected: below cost"); also logged at INFO, so a job outside
+  a task can call it as well.
+
+``Job.release``/``touch``/``bury``/``say`` call these; plain function jobs (``@queued.job``) call them
 as ``queued.release(...)``. Release and bury unwind the job with a BaseException, as
 ``JobTimeout`` does, so an ``except Exception`` in job code cannot swallow them.
 """
 from __future__ import annotations
 
+import logging
 from typing import Callable, NoReturn
 
 #: Payload keys the worker counts in (Beanstalkd's stats-job): releases, buries; kicks are
@@ -40,13 +45,21 @@ class Bury(BaseException):
         self.reason = reason or "buried"
 
 
-# Set by the worker around each job: what touch() does there (None outside a running job).
+log = logging.getLogger("queued.job")
+
+# Set by the worker: what touch() and say() do there (None outside a worker).
 _toucher: Callable[[], bool] | None = None
+_sayer: Callable[[str], None] | None = None
 
 
 def set_toucher(fn: Callable[[], bool] | None) -> None:
     global _toucher
     _toucher = fn
+
+
+def set_sayer(fn: Callable[[str], None] | None) -> None:
+    global _sayer
+    _sayer = fn
 
 
 def release(delay: float = 0.0) -> NoReturn:
@@ -64,3 +77,10 @@ def touch() -> bool:
     if _toucher is None:
         raise RuntimeError("touch() is for a job running in a queued worker")
     return _toucher()
+
+
+def say(text: str) -> None:
+    text = str(text)
+    log.info("say: %s", text)
+    if _sayer is not None:
+        _sayer(text)

@@ -258,3 +258,36 @@ def test_running_jobs_with_their_runtime(r, admin):
     assert (running.identity, running.tid, running.queue, running.runtime) == (
         "h:1:a", "abc", "default", 10.0)
     assert running.entry.jid == f"{1:024x}" and running.entry.args == [1]
+
+
+def test_queue_summaries_give_size_latency_and_pause_of_every_queue(r, admin):
+    # Given two queues with jobs (the oldest default job enqueued 30 s ago) and a paused
+    # queue that has none yet (so it is not in `queues`)
+    now = time.time()
+    r.sadd("queues", "default", "low")
+    r.lpush("queue:default", job(1, enqueued_at=now - 30), job(2, enqueued_at=now - 5))
+    r.lpush("queue:low", job(3, "low", enqueued_at=now - 2))
+    admin.queue("later").pause()
+    # Then each is listed by name with its size, its oldest job's wait and its pause
+    got = [(q.name, q.size, round(q.latency), q.paused) for q in admin.queue_summaries(now)]
+    assert got == [("default", 2, 30, False), ("later", 0, 0, True), ("low", 1, 2, False)]
+    assert admin.queue_summaries(now)[0].as_dict() == {
+        "name": "default", "size": 2, "latency": pytest.approx(30), "paused": False}
+
+
+def test_a_queue_deletes_every_match_and_keeps_the_rest_in_order(r, admin):
+    # Given a queue of 1,200 jobs of two classes
+    r.sadd("queues", "default")
+    r.lpush("queue:default", *(job(i, klass="Old" if i % 3 == 0 else "New")
+                               for i in range(1200)))
+    seen = []
+    # When every Old job is deleted
+    deleted = admin.queue("default").delete_all(
+        api.Filter.of(klass="Old"), batch=150,
+        progress=lambda examined, done: seen.append((examined, done)))
+    # Then those went, the others stay in their order, and progress was told per batch
+    assert deleted == 400 and seen == [(150, 150), (300, 300), (400, 400)]
+    assert [e.args[0] for e in admin.queue("default").scan()] == [
+        i for i in range(1200) if i % 3]
+    # And with no filter it is the queue's clear
+    assert admin.queue("default").delete_all() == 800 and r.smembers("queues") == set()

@@ -28,7 +28,8 @@ from .entries import Entry, Filter
 from .jobsets import JobSet
 from .queues import Queue, latency_of
 
-__all__ = ["Admin", "Stats", "Process", "Running", "Queue", "JobSet", "Entry", "Filter"]
+__all__ = ["Admin", "Stats", "Process", "Running", "Queue", "QueueSummary", "JobSet", "Entry",
+           "Filter"]
 
 #: A remote signal left unread for this long is dropped (Sidekiq's EXPIRE on the list).
 SIGNAL_TTL = 60
@@ -104,6 +105,21 @@ class Admin:
     def paused(self) -> list[str]:
         return sorted(n.decode() for n in self.r.smembers(self.keys.paused))
 
+    def queue_summaries(self, now: float | None = None) -> list[QueueSummary]:
+        """Every queue's size, latency and pause, by name, in three round trips however many
+        queues there are (Queue.size() and latency() cost one each per queue). A paused
+        queue is listed even when it has no jobs and so is not in ``queues`` yet."""
+        now = time.time() if now is None else now
+        paused = set(self.paused())
+        names = sorted({n.decode() for n in self.r.sscan_iter(self.keys.queues)} | paused)
+        pipe = self.r.pipeline(transaction=False)
+        for name in names:
+            pipe.llen(self.keys.queue(name))
+            pipe.lindex(self.keys.queue(name), -1)
+        found = pipe.execute()
+        return [QueueSummary(name, int(found[2 * i]), latency_of(found[2 * i + 1], now),
+                             name in paused) for i, name in enumerate(names)]
+
     # --- processes --------------------------------------------------------------------------
     def processes(self) -> list[Process]:
         """Every live process (queued's and Sidekiq's) in ``processes``, by identity. A member
@@ -161,6 +177,18 @@ class Stats:
                 "dead": self.dead_size, "processes": self.processes_size,
                 "busy": self.workers_size, "enqueued": self.enqueued,
                 "default_latency": self.default_queue_latency, "queues": self.queues}
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    name: str
+    size: int
+    latency: float
+    paused: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "latency": self.latency,
+                "paused": self.paused}
 
 
 _PROCESS_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us")

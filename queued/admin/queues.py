@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import redis as redis_lib
 
 from ..payload import to_epoch
 from ..keys import Keys
 from .entries import Entry, Filter
+
+Progress = Callable[[int, int], None]  # (examined so far, removed so far)
 
 
 class Queue:
@@ -83,6 +85,26 @@ class Queue:
     def delete(self, entry: Entry) -> bool:
         """Remove this job (these exact bytes) from the queue, if it is still there."""
         return self.r.lrem(self.key, 1, entry.raw) == 1
+
+    def delete_all(self, where: Filter | None = None, progress: Progress | None = None,
+                   batch: int = 500) -> int:
+        """Remove every job that matches ``where`` (with no filter: clear()); the number
+        removed. The matches are read first and then removed by their exact bytes, ``batch``
+        per round trip: removing while paging would shift the pages under the walk and skip
+        jobs. A job a worker took meanwhile is simply not found. Each removal is an LREM
+        (O(queue length)), as Sidekiq's Job#delete: fine for thousands, slow for a million."""
+        if not where:
+            return self.clear()
+        matches = list(self.scan(where))
+        done = 0
+        for start in range(0, len(matches), batch):
+            pipe = self.r.pipeline(transaction=False)
+            for entry in matches[start:start + batch]:
+                pipe.lrem(self.key, 1, entry.raw)
+            done += sum(pipe.execute())
+            if progress:
+                progress(min(start + batch, len(matches)), done)
+        return done
 
 
 def latency_of(oldest: bytes | None, now: float | None = None) -> float:

@@ -28,7 +28,7 @@ from typing import NamedTuple, Sequence
 import redis
 
 from .. import events
-from .. import activejob
+from .. import activejob, tracking
 from . import retry
 from .. import payload as codec
 from .scripts import FAIL, REQUEUE
@@ -54,6 +54,7 @@ class Held(NamedTuple):
     kind: str
     score: float
     payload: str
+    task: tracking.Move | None = None
 
 
 class Settled(NamedTuple):
@@ -140,11 +141,12 @@ def current_job(r: redis.Redis, keys: Keys, identity: str, slot: int,
 
 def fail_reservation(r: redis.Redis, keys: Keys, identity: str, slot: int, res: Reservation,
                      kind: str, score: float, payload: str, dead_timeout: int,
-                     dead_max_jobs: int) -> int:
+                     dead_max_jobs: int, task: tracking.Move | None = None) -> int:
     """The failure path for a job whose worker can no longer run it (killed at its timeout, or
-    a poison pill): the same atomic write the worker itself uses. WRITTEN, GONE or REFUSED."""
+    a poison pill): the same atomic write the worker itself uses, with the job's move in its
+    task if it has one. WRITTEN, GONE or REFUSED."""
     ks, args = failure_call(keys, keys.reserved(identity, slot), res.member, kind, score,
-                            payload, dead_timeout, dead_max_jobs)
+                            payload, dead_timeout, dead_max_jobs, task=task)
     return int(FAIL(r, ks, args))
 
 
@@ -154,7 +156,7 @@ def write_held(r: redis.Redis, keys: Keys, identity: str, config, held: Held) ->
     res = Reservation(held.member, *split_member(held.member))
     return fail_reservation(r, keys, identity, held.slot, res, held.kind, held.score,
                             held.payload, config.dead_timeout_in_seconds,
-                            config.dead_max_jobs) != REFUSED
+                            config.dead_max_jobs, held.task) != REFUSED
 
 
 def reap_expired(r: redis.Redis, keys: Keys) -> list[tuple[str, int]]:
@@ -227,6 +229,8 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
         log.warning("class=%s jid=%s killed its worker (%s), crash %d of %d", msg["class"],
                     msg["jid"], describe_status(code), crashes, config.max_crashes)
         if crashes < config.max_crashes:
+            _mark_killed(r, keys, msg, f"its worker was {describe_status(code)} (crash "
+                                       f"{crashes} of {config.max_crashes}); it runs again")
             return False, None, codec.with_field(current.payload, msg, codec.CRASHES, crashes)
         exc = WorkerKilled(f"{msg['class']} killed its worker {crashes} times "
                            f"(last: {describe_status(code)}); sent to dead as a poison pill")
@@ -236,12 +240,13 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
                                max_retries=config.max_retries, backtrace_lines=[])
     else:
         outcome = retry.kill(msg, exc, current.queue, job_class=cls)
+    task = tracking.failure(tracking.task_id_of(msg), outcome.msg, outcome.kind != "retry", exc)
     written = fail_reservation(r, keys, identity, slot, current, outcome.kind, outcome.score,
                                outcome.payload, config.dead_timeout_in_seconds,
-                               config.dead_max_jobs)
+                               config.dead_max_jobs, task)
     held = None
     if written == REFUSED:
-        held = Held(slot, current.member, outcome.kind, outcome.score, outcome.payload)
+        held = Held(slot, current.member, outcome.kind, outcome.score, outcome.payload, task)
         log.error("class=%s jid=%s %s -> %s, but %s holds another Redis type (WRONGTYPE): the "
                   "job stays reserved until the key is fixed", msg["class"], msg["jid"], exc,
                   outcome.kind, keys.retry if outcome.kind == "retry" else keys.dead)
@@ -251,6 +256,16 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
         return False, None, None  # recovered by another master meanwhile: it runs there
     events.report(exc, {"job": msg, "queue": current.queue, "outcome": outcome.kind})
     return True, held, None
+
+
+def _mark_killed(r: redis.Redis, keys: Keys, msg: dict, message: str) -> None:
+    """A job of a task whose worker died under it shows as an error waiting for its retry
+    until it runs again (written before the job goes back, so its next start comes after)."""
+    task_id = tracking.task_id_of(msg)
+    if task_id is None:
+        return
+    err = tracking.error_json("WorkerKilled", message, final=False)
+    tracking.mark(r, keys, tracking.Move(task_id, str(msg["jid"]), "retry", err))
 
 
 def describe_status(code: int) -> str:

@@ -127,10 +127,18 @@ def buried(msg: dict, reason: str, queue: str, now: float | None = None) -> Outc
     """A job that buried itself (ops.bury): the failure fields, ``error_class`` ``Buried`` and
     the reason, straight to dead whatever retries it has (death handlers are not run: nothing
     failed)."""
+    return failed_for_good(msg, _Buried(reason), queue, now)
+
+
+def failed_for_good(msg: dict, exc: BaseException, queue: str,
+                    now: float | None = None) -> Outcome:
+    """A job that must not be retried, on purpose (a bury, a business failure: JobFailed):
+    the failure fields, straight to dead whatever retries it has, without death handlers
+    (nothing broke)."""
     now = time.time() if now is None else now
     msg = dict(msg)
     msg.pop(CRASHES, None)
-    _write_failure_fields(msg, _Buried(reason), queue, now, [])
+    _write_failure_fields(msg, exc, queue, now, [])
     return Outcome("dead", now, msg)
 
 

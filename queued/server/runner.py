@@ -6,7 +6,8 @@ finding the job class (ActiveJob's wrapped one included), its time limit, the se
 chain, the job's log context (every line logged while it runs carries its class and jid), the
 line that ends it, the hooks, and the failure path: the retry policy's outcome written
 atomically with the end of the reservation, retried through a Redis outage, and held reserved
-when Redis refuses it (a ``retry``/``dead`` of another type: fail.lua).
+when Redis refuses it (a ``retry``/``dead`` of another type: fail.lua). For a job of a task
+(tracking.py): its state there, moved by the same script that ends its run, and its messages.
 
 Does not own fetching, signals or the worker's loop (worker.py).
 """
@@ -19,11 +20,11 @@ from typing import Callable
 import redis
 
 from .. import events
-from .. import activejob, ops
+from .. import activejob, ops, tracking
 from . import retry
 from . import log as logsetup
 from .. import payload as codec
-from ..errors import PayloadError, UnknownJobClass
+from ..errors import JobFailed, PayloadError, UnknownJobClass
 from .fetch import GONE, REFUSED, Fetcher, Reservation
 from ..job import registry
 from ..middleware import server_middleware
@@ -58,11 +59,14 @@ class Runner:
         self.outage = outage        # the worker's "Redis is away: log once, back off" step
         self.stopping = stopping
         #: Failures Redis refused to store (fail.lua): (reservation, kind, score, payload,
-        #: queue).
-        self.held: list[tuple[Reservation, str, float, str | bytes, str]] = []
+        #: queue, task move).
+        self.held: list[tuple[Reservation, str, float, str | bytes, str,
+                              tracking.Move | None]] = []
         self.lease_key = keys.lease(fetcher.identity)
         self.lease_ms = int(config.lease_timeout * 1000)
         ops.set_toucher(self._touch)
+        ops.set_sayer(self._say)
+        self.task: tuple[str, str] | None = None  # (task id, jid) of the job running now
         self.next_held_retry = 0.0
         self.shapes: set[frozenset] = set()  # payload key sets seen without a jid (logged once)
         self._class_timeouts: dict[type, float | None] = {}
@@ -106,6 +110,9 @@ class Runner:
         self.writer.begin(msg["jid"], res.queue, shown, timeout)
         self.title.busy(shown)
         logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], queue=res.queue))
+        task_id = tracking.task_id_of(msg)
+        if task_id is not None:
+            self._working(task_id, msg, res.queue)
         start = time.monotonic()
         job, error = None, None
         try:
@@ -113,58 +120,101 @@ class Runner:
                 raise UnknownJobClass(f"uninitialized constant {name}: no job class "
                                       f"named {name!r} is registered in this process")
             job = cls()
-            job.jid, job.queue, job.msg = msg["jid"], res.queue, msg
+            job.jid, job.queue, job.msg, job.task_id = msg["jid"], res.queue, msg, task_id
             with job_timeout(timeout, f"{msg['class']} (jid {msg['jid']})"):
                 server_middleware.invoke(job, msg, res.queue,
                                          lambda: job.perform(*args, **kwargs))
         except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
             error = e
+        self.task = None
         elapsed = time.monotonic() - start
         self._learn(msg["class"], elapsed)
         logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], elapsed, res.queue))
-        if error is None:
-            self._succeeded(res, job)
-        elif isinstance(error, ops.Release):
-            self._released(res, msg, error.delay)
-        elif isinstance(error, ops.Bury):
-            self._buried(res, msg, error.reason)
-        else:
-            self._failed(res, msg, cls, error)
-            self._hook(job, "after_failed", error)
+        self._ended(res, msg, cls, job, error, task_id)
         self.writer.end(error is not None and not isinstance(error, ops.Release))
 
-    def _succeeded(self, res: Reservation, job) -> None:
+    def _ended(self, res: Reservation, msg: dict, cls, job, error: BaseException | None,
+               task_id: str | None) -> None:
+        if error is None:
+            self._succeeded(res, msg, job, task_id)
+        elif isinstance(error, ops.Release):
+            self._released(res, msg, error.delay, task_id)
+        elif isinstance(error, ops.Bury):
+            self._buried(res, msg, error.reason, task_id)
+        elif isinstance(error, JobFailed):
+            self._job_failed(res, msg, error, task_id)
+        else:
+            self._failed(res, msg, cls, error, task_id)
+            self._hook(job, "after_failed", error)
+
+    def _succeeded(self, res: Reservation, msg: dict, job, task_id: str | None) -> None:
         claimed = self._claimed(res, True)
-        if claimed is not None:
+        if claimed is None:
+            pass
+        elif task_id is None:
             self.fetcher.ack(claimed)
+        else:  # its ack and its state in the task, in one step, sent ahead like an ack
+            self.fetcher.finish_ahead(claimed, tracking.Move(task_id, msg["jid"], "finished"))
         self._hook(job, "after_succeeded")
         if self.config.job_logging:
             self.joblog.done()
+
+    def _working(self, task_id: str, msg: dict, queue: str) -> None:
+        """Mark a job of a task working as it starts, sent ahead (no wait). Its state only: if
+        Redis fails us here the job runs anyway, and its end writes its state for good."""
+        self.task = (task_id, msg["jid"])
+        ks, args = tracking.mark_call(self.keys, tracking.Move(task_id, msg["jid"], "working"),
+                                      tracking.record_json(msg, queue))
+        self.fetcher.send_ahead(tracking.TASK_MARK, ks, args, keep=False)
+
+    def _say(self, text: str) -> None:
+        """ops.say inside a job of a task: a line in the job's message log there, sent ahead
+        (a log past its cap ends with a line saying later ones were dropped)."""
+        if self.task is not None:
+            ks, args = tracking.say_call(self.keys, *self.task, text)
+            self.fetcher.send_ahead(tracking.TASK_SAY, ks, args, keep=False)
+
+    def _job_failed(self, res: Reservation, msg: dict, error: JobFailed,
+                    task_id: str | None) -> None:
+        """A business failure (queued.JobFailed): never retried. A job of a task ends there,
+        failed, with the reason; any other goes to dead, where an operator sees it."""
+        if task_id is None:
+            outcome = retry.failed_for_good(msg, error, res.queue)
+            log.warning("failed: %s -> dead (JobFailed is not retried)", error.reason)
+            self._record(res, "dead", outcome.score, outcome.payload)
+            return
+        log.warning("failed: %s (JobFailed: not retried)", error.reason)
+        err = tracking.error_json("JobFailed", error.reason, final=True)
+        self._record(res, "drop", time.time(), "",
+                     task=tracking.Move(task_id, msg["jid"], "failed", err))
 
     def _touch(self) -> bool:
         """ops.touch inside a job: renew the master's lease from here (see ops.py)."""
         return self.fetcher.renew_lease(self.lease_key, self.lease_ms)
 
-    def _released(self, res: Reservation, msg: dict, delay: float) -> None:
+    def _released(self, res: Reservation, msg: dict, delay: float,
+                  task_id: str | None) -> None:
         """The job released itself: back to its queue now, or scheduled ``delay`` seconds
         out; no failure counted, its release counted in the payload."""
         now = time.time()
+        task = None if task_id is None else tracking.Move(task_id, msg["jid"], "enqueued")
         msg = {k: v for k, v in msg.items() if k != codec.CRASHES}
         msg[ops.RELEASES] = _count(msg.get(ops.RELEASES)) + 1
         if delay > 0:
             log.info("released: runs again in %gs", delay)
-            self._record(res, "later", now + delay, codec.dumps(msg))
+            self._record(res, "later", now + delay, codec.dumps(msg), task=task)
         else:
             msg["enqueued_at"] = now
             log.info("released: back in queue %s", res.queue)
-            self._record(res, "queue", now, codec.dumps(msg), queue=res.queue)
+            self._record(res, "queue", now, codec.dumps(msg), queue=res.queue, task=task)
 
-    def _buried(self, res: Reservation, msg: dict, reason: str) -> None:
+    def _buried(self, res: Reservation, msg: dict, reason: str, task_id: str | None) -> None:
         """The job buried itself: to dead now, with the reason, its bury counted."""
         outcome = retry.buried(msg, reason, res.queue)
         outcome.msg[ops.BURIES] = _count(msg.get(ops.BURIES)) + 1
         log.warning("buried: %s -> dead", reason)
-        self._record(res, "dead", outcome.score, outcome.payload)
+        self._record(res, "dead", outcome.score, outcome.payload,
+                     task=tracking.failure(task_id, outcome.msg, True, ops.Bury(reason)))
 
     def _no_jid(self, queue: str, msg: dict) -> None:
         """A job without a jid runs under one made from its bytes (the master finds it by the
@@ -212,7 +262,8 @@ class Runner:
             log.exception("%s hook raised", name)
 
     # --- failures ------------------------------------------------------------------------------
-    def _failed(self, res: Reservation, msg: dict, cls, error: BaseException) -> None:
+    def _failed(self, res: Reservation, msg: dict, cls, error: BaseException,
+                task_id: str | None) -> None:
         outcome = retry.decide(msg, error, res.queue, job_class=cls,
                                max_retries=self.config.max_retries)
         # The traceback helps with a bug in the job, and with a timeout (it shows where the
@@ -221,7 +272,8 @@ class Runner:
         log.warning("fail: %s: %s -> %s", type(error).__qualname__, error,
                     retry.describe(outcome, self.config.max_retries), exc_info=trace)
         events.report(error, {"job": msg, "queue": res.queue, "outcome": outcome.kind})
-        self._record(res, outcome.kind, outcome.score, outcome.payload)
+        self._record(res, outcome.kind, outcome.score, outcome.payload,
+                     task=tracking.failure(task_id, outcome.msg, outcome.kind != "retry", error))
 
     def _reject(self, res: Reservation, msg: dict | None, err: PayloadError) -> None:
         """A queue element that is not a usable job goes to dead, with the reason logged and,
@@ -240,9 +292,11 @@ class Runner:
         """The reservation to ack or fail: a job started as it landed gets it only now."""
         return res if res.member else self.fetcher.claim(res.payload, succeeded)
 
-    def _record(self, res: Reservation, kind: str, score: float, data, queue: str = "") -> None:
-        """Write a failure (or a release); during a Redis outage keep trying (the job stays
-        reserved until this succeeds, and the master requeues it if we exit first)."""
+    def _record(self, res: Reservation, kind: str, score: float, data, queue: str = "",
+                task: tracking.Move | None = None) -> None:
+        """Write a failure (or a release, or the end of a job of a task); during a Redis
+        outage keep trying (the job stays reserved until this succeeds, and the master
+        requeues it if we exit first)."""
         claimed = self._claimed(res, False)
         if claimed is None:
             return  # not confirmed as ours: it is handed out again and runs again
@@ -250,7 +304,7 @@ class Runner:
         backoff = BACKOFF_START
         while True:
             try:
-                written = self.fetcher.fail(res, kind, score, data, queue)
+                written = self.fetcher.fail(res, kind, score, data, queue, task)
                 break
             except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
                 if self.stopping():
@@ -258,19 +312,20 @@ class Runner:
                 self.outage(e, backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
         if written == REFUSED:
-            self._hold(res, kind, score, data, queue)
+            self._hold(res, kind, score, data, queue, task)
         elif written == GONE:
             # Its reservation was gone: another master put the job back after this master's
             # lease expired (frozen, or cut off from Redis). Writing the failure too would keep
             # it in two places; it runs again from its queue.
-            log.warning("a failed job's reservation was gone (recovered after a lease expiry); "
-                        "its failure is not recorded, it runs again")
+            log.warning("a job's reservation was gone as its run ended (recovered after a "
+                        "lease expiry); its end (%s) is not recorded, it runs again", kind)
 
-    def _hold(self, res: Reservation, kind: str, score: float, data, queue: str = "") -> None:
+    def _hold(self, res: Reservation, kind: str, score: float, data, queue: str = "",
+              task: tracking.Move | None = None) -> None:
         """The failure's target key holds another Redis type: the job stays reserved (marked,
         so it is not handed out again) and the write is tried again every HELD_RETRY seconds.
         If this worker exits first, the master puts the job back in its queue."""
-        self.held.append((res, kind, score, data, queue))
+        self.held.append((res, kind, score, data, queue, task))
         if not self.next_held_retry:
             self.next_held_retry = time.monotonic() + HELD_RETRY
         target = "retry" if kind == "retry" else "dead"
@@ -286,15 +341,15 @@ class Runner:
         if not self.held or time.monotonic() < self.next_held_retry:
             return
         held, self.held, self.next_held_retry = self.held, [], 0.0
-        for i, (res, kind, score, data, queue) in enumerate(held):
+        for i, (res, kind, score, data, queue, task) in enumerate(held):
             try:
-                written = self.fetcher.fail(res, kind, score, data, queue)
+                written = self.fetcher.fail(res, kind, score, data, queue, task)
             except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError):
                 self.held.extend(held[i:])  # the loop's outage handling takes it from here
                 self.next_held_retry = time.monotonic() + HELD_RETRY
                 raise
             if written == REFUSED:
-                self._hold(res, kind, score, data, queue)
+                self._hold(res, kind, score, data, queue, task)
             else:
                 log.info("the failure of a held job (%s) is written now", kind)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 
 from ..connection import Script
+from ..tracking import LIBRARY as _TASKS
 
 _LUA = os.path.join(os.path.dirname(__file__), "lua")
 
 RESERVE = Script(_LUA, "reserve")
-FAIL = Script(_LUA, "fail")
+FAIL = Script(_LUA, "fail", prelude=_TASKS)  # moves a job of a task too
 REQUEUE = Script(_LUA, "requeue")
 DUE = Script(_LUA, "due")
 ENQUEUE_DUE = Script(_LUA, "enqueue_due")

@@ -1,0 +1,247 @@
+"""``queuedctl``'s commands, and the table of them that ctl.py builds its parser from: each is a
+``Command`` (name, help, how to add its arguments, what it does). This module has the numbers
+and the queues (stats, queues, pause, unpause, clear, history); ctljobs.py the jobs (jobs,
+retry, delete, kill); ctlprocs.py the processes (processes, running, quiet/stop/dump, ping)
+and version.
+
+Every command returns its exit status; what cannot go on raises ``Usage`` (exit 2, with the
+usage line) or ``Unhealthy`` (exit 1, one line).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import redis as redis_lib
+
+from .api import Admin
+from . import ctlout as out
+
+
+class Usage(Exception):
+    """A command line that cannot be acted on: exit 2 with the usage line."""
+
+
+class Unhealthy(Exception):
+    """What was asked about is absent or unhealthy: exit 1 with this one line."""
+
+
+@dataclass
+class Command:
+    name: str
+    summary: str
+    run: Callable[["Context", argparse.Namespace], int]
+    arguments: Callable[[argparse.ArgumentParser], None]
+    epilog: str = ""
+    description: str = ""
+    tables: bool = False            # draws tables unless --json: needs rich
+    aliases: tuple[str, ...] = ()
+    check: Callable[[argparse.Namespace], None] = lambda args: None
+
+
+class Context:
+    """What a command works with: the Admin (its client connects at its first command, so
+    ``version`` never touches Redis), the masked URL for messages, and one "now" for every
+    time shown."""
+
+    def __init__(self, client: redis_lib.Redis, namespace: str | None, where: str, source: str):
+        self.client = client
+        self.namespace = namespace
+        self.where = where + (f" (namespace {namespace})" if namespace else "")
+        self.source = source
+        self.now = time.time()
+        self._admin: Admin | None = None
+
+    @property
+    def admin(self) -> Admin:
+        if self._admin is None:
+            self._admin = Admin(self.client, namespace=self.namespace)
+        return self._admin
+
+
+def json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON document on stdout instead of tables (times in epoch "
+                        "seconds)")
+
+
+# --- stats, history ----------------------------------------------------------------------
+
+def run_stats(ctx: Context, args) -> int:
+    s = ctx.admin.stats()
+    queues = ctx.admin.queue_summaries(ctx.now)
+    doc = {"processed": s.processed, "failed": s.failed, "enqueued": s.enqueued,
+           "scheduled": s.scheduled_size, "retries": s.retry_size, "dead": s.dead_size,
+           "processes": s.processes_size, "busy": s.workers_size,
+           "default_latency": s.default_queue_latency,
+           "queues": {q.name: {"size": q.size, "latency": q.latency, "paused": q.paused}
+                      for q in queues},
+           "time": ctx.now}
+    if args.json:
+        out.emit_json(doc)
+        return 0
+    out.print_pairs(f"queued on {ctx.where}", [
+        ("Processed", out.count(s.processed)), ("Failed", out.count(s.failed)),
+        ("Enqueued", out.count(s.enqueued)), ("Scheduled", out.count(s.scheduled_size)),
+        ("Retries", out.count(s.retry_size)), ("Dead", out.count(s.dead_size)),
+        ("Processes", out.count(s.processes_size)), ("Busy", out.count(s.workers_size)),
+        ("Default latency", out.duration(s.default_queue_latency))])
+    _queue_table(queues)
+    return 0
+
+
+def run_history(ctx: Context, args) -> int:
+    days = ctx.admin.history(args.days, start=ctx.now)
+    if args.json:
+        out.emit_json([{"date": d, "processed": p, "failed": f} for d, p, f in days])
+        return 0
+    out.print_table(f"Jobs per UTC day, last {args.days}", ["Date", "Processed", "Failed"],
+                    [(d, out.count(p), out.count(f)) for d, p, f in days],
+                    right=("Processed", "Failed"))
+    return 0
+
+
+def _history_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--days", type=positive, default=7, metavar="N",
+                   help="days back from today (default 7)")
+    json_flag(p)
+
+
+# --- queues -------------------------------------------------------------------------------------
+
+def _queue_table(queues) -> None:
+    total = sum(q.size for q in queues)
+    out.print_table("Queues", ["Queue", "Size", "Latency", "Paused"],
+                    [(q.name, out.count(q.size), out.duration(q.latency),
+                      "paused" if q.paused else "") for q in queues],
+                    caption=f"{out.plural(len(queues), 'queue')}, {out.plural(total, 'job')}",
+                    right=("Size", "Latency"))
+
+
+def run_queues(ctx: Context, args) -> int:
+    queues = ctx.admin.queue_summaries(ctx.now)
+    if args.json:
+        out.emit_json([q.as_dict() for q in queues])
+    else:
+        _queue_table(queues)
+    return 0
+
+
+def _queue_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("queue", metavar="QUEUE", type=_queue_name, help="the queue's name")
+    json_flag(p)
+
+
+def run_pause(ctx: Context, args) -> int:
+    return _pause(ctx, args, True)
+
+
+def run_unpause(ctx: Context, args) -> int:
+    return _pause(ctx, args, False)
+
+
+def _pause(ctx: Context, args, pause: bool) -> int:
+    queue = ctx.admin.queue(args.queue)
+    changed = queue.pause() if pause else queue.unpause()
+    size = queue.size()
+    if args.json:
+        out.emit_json({"queue": args.queue, "paused": pause, "changed": changed,
+                       "size": size})
+    elif not changed:
+        out.say(f"queue {args.queue} was already {'paused' if pause else 'not paused'}")
+    elif pause:
+        out.say(f"paused queue {args.queue}: workers take no more jobs from it "
+                f"({out.count(size)} waiting)")
+    else:
+        out.say(f"unpaused queue {args.queue}: workers take jobs from it again "
+                f"({out.count(size)} waiting)")
+    return 0
+
+
+def run_clear(ctx: Context, args) -> int:
+    queue = ctx.admin.queue(args.queue)
+    size = queue.size()
+    known = size or ctx.admin.r.sismember(ctx.admin.keys.queues, args.queue)
+    if not known:
+        raise Unhealthy(f"no queue named {args.queue} (queuedctl queues lists them)")
+    confirmed(args, f"Delete the {out.count(size)} jobs of queue {args.queue}?",
+              f"clearing queue {args.queue}")
+    cleared = queue.clear()
+    if args.json:
+        out.emit_json({"queue": args.queue, "cleared": cleared})
+    else:
+        out.say(f"cleared queue {args.queue}: {out.plural(cleared, 'job')} deleted")
+    return 0
+
+
+def _clear_arguments(p: argparse.ArgumentParser) -> None:
+    _queue_argument(p)
+    yes_flag(p)
+
+
+def yes_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-y", "--yes", action="store_true",
+                   help="do not ask (needed when stdin is not a terminal)")
+
+
+def confirmed(args, question: str, what: str) -> None:
+    """Go on only with --yes or a yes typed on the terminal. Without a terminal to ask on
+    (cron, CI, a pipe) it refuses rather than wait for an answer that cannot come."""
+    if args.yes:
+        return
+    if not sys.stdin.isatty():
+        raise Usage(f"{what} needs --yes when stdin is not a terminal (nothing was done)")
+    if not out.confirm(question):
+        raise Unhealthy("not confirmed; nothing was done")
+
+
+# --- argument types ------------------------------------------------------------------------------
+
+def _queue_name(text: str) -> str:
+    if not text or text.strip() != text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a queue name")
+    return text
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
+# --- the table of commands ------------------------------------------------------------------------
+
+COMMANDS = [
+    Command("stats", "processed, failed, enqueued, scheduled, retries, dead, processes, "
+            "busy; each queue's size and latency", run_stats, json_flag, tables=True,
+            description="The numbers Sidekiq::Stats gives on the same Redis, and every "
+            "queue's size, latency and pause.",
+            epilog="examples:\n  queuedctl stats\n  queuedctl stats --json | jq .dead"),
+    Command("queues", "every queue: size, latency (the oldest job's wait), paused",
+            run_queues, json_flag, tables=True,
+            epilog="examples:\n  queuedctl queues\n  queuedctl queues --json"),
+    Command("pause", "workers stop taking jobs from QUEUE (its jobs wait)", run_pause,
+            _queue_argument, description="Pause a queue: every queued worker stops "
+            "taking jobs from it within one fetch round; its jobs stay and wait. Kept "
+            "where Sidekiq Pro keeps it (the `paused` set).",
+            epilog="example:\n  queuedctl pause reports && queuedctl queues"),
+    Command("unpause", "workers take jobs from QUEUE again", run_unpause, _queue_argument,
+            epilog="example:\n  queuedctl unpause reports"),
+    Command("clear", "delete every job of QUEUE (asks first)", run_clear,
+            _clear_arguments,
+            description="Delete every job waiting in QUEUE, in one step, and the queue "
+            "from the queue list. On a terminal it asks first; when stdin is not a "
+            "terminal it needs --yes (else exit 2, nothing done).",
+            epilog="examples:\n  queuedctl clear low\n  queuedctl clear low --yes   "
+            "# from a script"),
+    Command("history", "processed and failed per UTC day", run_history,
+            _history_arguments, tables=True,
+            epilog="example:\n  queuedctl history --days 30"),
+]

@@ -1,0 +1,236 @@
+"""``queuedctl``'s job commands: jobs (the peek), retry, delete and kill, on a queue
+(``queue:NAME``) or on the scheduled, retry and dead sets; filters first, then JIDs or --all.
+
+Bulk actions go through queued.api's guarded steps (each job moved atomically, only if it is
+still there), so two queuedctls, a worker and the scheduler acting on the same jobs never act
+twice on one job nor leave it in two places.
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+
+from .api import Entry, Filter, JobSet, Queue
+from . import ctlout as out
+from .ctlcmds import Command, Context, Usage, json_flag, positive, yes_flag, confirmed
+
+
+SETS = {"scheduled": "scheduled", "schedule": "scheduled", "retry": "retry",
+        "retries": "retry", "dead": "dead", "morgue": "dead"}
+
+
+def _set_name(text: str) -> str:
+    if text.startswith("queue:") and len(text) > len("queue:"):
+        return text
+    if text in SETS:
+        return SETS[text]
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a set: give queue:NAME, scheduled, retry or dead")
+
+
+def _limit(text: str) -> int:
+    return 0 if text == "0" else positive(text)
+
+
+def _source(ctx: Context, name: str) -> JobSet | Queue:
+    if name.startswith("queue:"):
+        return ctx.admin.queue(name[len("queue:"):])
+    return ctx.admin.jobset(name)
+
+
+def _filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("set", metavar="SET", type=_set_name,
+                   help="queue:NAME, scheduled, retry or dead")
+    group = p.add_argument_group("filters (every one given must hold)")
+    group.add_argument("--class", dest="klass", metavar="CLASS",
+                       help="the job's class, exactly (ActiveJob's wrapped class too)")
+    group.add_argument("--queue", metavar="QUEUE", help="the job's queue, exactly")
+    group.add_argument("--error", metavar="TEXT",
+                       help="text in the error class or message, any case")
+    group.add_argument("--arg", metavar="TEXT", help="text in the arguments (as JSON)")
+
+
+def _where(args, jids=None) -> Filter:
+    return Filter.of(klass=args.klass, queue=args.queue, error=args.error, arg=args.arg,
+                     jids=jids)
+
+
+def _jobs_arguments(p: argparse.ArgumentParser) -> None:
+    _filters(p)
+    p.add_argument("--jid", metavar="JID", action="append", help="this job (repeatable)")
+    p.add_argument("--limit", type=_limit, default=25, metavar="N",
+                   help="show at most N jobs (default 25; 0 for all)")
+    json_flag(p)
+
+
+def run_jobs(ctx: Context, args) -> int:
+    source = _source(ctx, args.set)
+    shown, matched, size = _pick(source, _where(args, args.jid), args.limit)
+    if args.json:
+        out.emit_json({"set": args.set, "size": size, "matched": matched,
+                       "jobs": [e.as_dict() for e in shown]})
+        return 0
+    columns, row = _layout(source, ctx.now)
+    caption = f"{out.count(len(shown))} of {out.count(matched)}" + (
+        f" matching, {out.count(size)} in {args.set}" if matched != size else f" in {args.set}")
+    if len(shown) < matched:
+        caption += " (--limit N shows more, 0 all)"
+    out.print_table(args.set, columns, (row(i, e) for i, e in enumerate(shown)), caption)
+    return 0
+
+
+def _pick(source: JobSet | Queue, where: Filter, limit: int) -> tuple[list[Entry], int, int]:
+    """(jobs to show, how many match, how many there are): the next to run first (the
+    latest death first for dead), as many as ``limit`` (0: all). Without a filter a page is
+    read; with one every job is examined once and only the shown ones are kept."""
+    size = source.size()
+    if not where:
+        return source.page(0, limit or max(size, 1)), size, size
+    matched = 0
+
+    def counted():
+        nonlocal matched
+        for entry in source.scan(where):
+            matched += 1
+            yield entry
+
+    if isinstance(source, Queue):  # scanned in run order already
+        shown = [e for i, e in enumerate(counted()) if not limit or i < limit]
+    else:
+        order = (lambda e: -e.score) if source.name == "dead" else (lambda e: e.score)
+        everything = counted()
+        shown = heapq.nsmallest(limit, everything, key=order) if limit else \
+            sorted(everything, key=order)
+    return shown, matched, size
+
+
+def _error(e: Entry) -> str:
+    text = f"{e.error_class}: {e.error_message}" if e.error_class else e.error_message
+    return out.cut(text, 60)
+
+
+def _layout(source: JobSet | Queue, now: float):
+    """(columns, row(index, entry)) for the table of this kind of set."""
+    def args_of(e):
+        return out.compact(e.args, 50)
+
+    if isinstance(source, Queue):
+        return (["#", "JID", "Class", "Args", "Enqueued"],
+                lambda i, e: (i + 1, e.jid, e.klass, args_of(e), out.when(e.enqueued_at, now)))
+    if source.name == "schedule":
+        return (["Runs", "JID", "Class", "Queue", "Args"],
+                lambda i, e: (out.when(e.score, now), e.jid, e.klass, e.queue, args_of(e)))
+    if source.name == "retry":
+        return (["Next retry", "JID", "Class", "Queue", "Args", "Retries", "Error"],
+                lambda i, e: (out.when(e.score, now), e.jid, e.klass, e.queue, args_of(e),
+                              "-" if e.retry_count is None else e.retry_count, _error(e)))
+    return (["Died", "JID", "Class", "Queue", "Args", "Error"],
+            lambda i, e: (out.when(e.score, now), e.jid, e.klass, e.queue, args_of(e),
+                          _error(e)))
+
+
+def _action_arguments(p: argparse.ArgumentParser) -> None:
+    _filters(p)
+    p.add_argument("--all", action="store_true",
+                   help="every job of SET that matches the filters")
+    p.add_argument("jids", metavar="JID", nargs="*", default=[],
+                   help="these jobs (a jid not found is exit 1; the others are acted on)")
+    yes_flag(p)
+    json_flag(p)
+
+
+DONE_WORDS = {"retry": "retried (enqueued now)", "delete": "deleted",
+              "kill": "killed (moved to dead)"}
+
+
+def _check_action(action: str):
+    def check(args) -> None:
+        if not args.all and not args.jids:
+            raise Usage("give the jobs' JIDs, or --all (with filters: every match)")
+        if args.all and args.jids:
+            raise Usage("give the jobs' JIDs or --all, not both")
+        if action != "delete" and args.set.startswith("queue:"):
+            raise Usage(f"{action}: a queue's jobs are waiting to run already; "
+                        f"{action} works on scheduled, retry and dead")
+        if action == "kill" and args.set == "dead":
+            raise Usage("kill: dead jobs are dead already")
+    return check
+
+
+def _run_action(action: str):
+    def run(ctx: Context, args) -> int:
+        source = _source(ctx, args.set)
+        if args.all:
+            done, missing = _act_on_all(source, action, args), []
+        else:
+            done, missing = _act_on_jids(source, action, args)
+        if args.json:
+            out.emit_json({"action": action, "set": args.set, "done": done,
+                           "not_found": missing})
+        else:
+            out.say(f"{out.plural(done, 'job')} {DONE_WORDS[action]} from {args.set}")
+        if missing:
+            narrowed = " (or not matching the filters)" if _where(args) else ""
+            out.warn(f"not found in {args.set}{narrowed}: {', '.join(missing)}")
+            return 1
+        return 0
+    return run
+
+
+def _act_on_all(source: JobSet | Queue, action: str, args) -> int:
+    where = _where(args)
+    size = source.size()
+    if action == "delete" and not where:
+        # No filter: the whole set or queue goes at once, like clear.
+        confirmed(args, f"Delete all {out.count(size)} jobs of {args.set}?",
+                  f"deleting every job of {args.set}")
+    act = {"retry": getattr(source, "retry_all", None),
+           "delete": source.delete_all, "kill": getattr(source, "kill_all", None)}[action]
+    with out.Bar(f"{action} {args.set}", size) as bar:
+        return act(where, progress=bar.callback)
+
+
+def _act_on_jids(source: JobSet | Queue, action: str, args) -> tuple[int, list[str]]:
+    """Act on the named jobs (that match the filters); (how many, the jids not acted on).
+    One walk finds them all; each is then acted on by itself, guarded: one taken meanwhile
+    counts as not found."""
+    jids = list(dict.fromkeys(args.jids))
+    acted: set[str] = set()
+    done = 0
+    for entry in list(source.scan(_where(args, jids))):
+        if getattr(source, action)(entry):
+            done += 1
+            acted.add(entry.jid)
+    return done, [j for j in jids if j not in acted]
+
+
+
+COMMANDS = [
+    Command("jobs", "list the jobs of a queue or set, filtered (the peek)", run_jobs,
+            _jobs_arguments, tables=True,
+            description="List jobs of SET: queue:NAME (the next to run first), "
+            "scheduled, retry (the next due first) or dead (the latest death first).",
+            epilog="examples:\n  queuedctl jobs dead\n"
+            "  queuedctl jobs retry --class Billing::InvoiceJob --error timeout\n"
+            "  queuedctl jobs queue:default --arg 42 --limit 0 --json"),
+    Command("retry", "enqueue jobs of a set now (on dead: Beanstalkd's kick)",
+            _run_action("retry"), _action_arguments, check=_check_action("retry"),
+            description="Push jobs of scheduled, retry or dead onto their queues now. "
+            "Filters apply first; --all acts on every match. Each job is moved "
+            "atomically and only if it is still there, so nothing runs twice when a "
+            "worker, the scheduler or another queuedctl acts on the same jobs.",
+            epilog="examples:\n  queuedctl retry dead 0123456789abcdef01234567\n"
+            "  queuedctl retry dead --class Billing::InvoiceJob --error Timeout --all\n"
+            "  queuedctl retry retry --all"),
+    Command("delete", "delete jobs of a queue or set", _run_action("delete"),
+            _action_arguments, check=_check_action("delete"),
+            description="Delete jobs of queue:NAME, scheduled, retry or dead. --all with "
+            "no filter deletes the whole set and asks first (--yes when stdin is not a "
+            "terminal).",
+            epilog="examples:\n  queuedctl delete retry 0123456789abcdef01234567\n"
+            "  queuedctl delete dead --arg tenant-7 --all\n"
+            "  queuedctl delete dead --all --yes"),
+    Command("kill", "move jobs of scheduled or retry to dead", _run_action("kill"),
+            _action_arguments, check=_check_action("kill"),
+            epilog="examples:\n  queuedctl kill retry --class FlakyJob --all"),
+]

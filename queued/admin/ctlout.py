@@ -1,0 +1,222 @@
+"""How ``queuedctl`` shows things: one JSON document for scripts, ``rich`` tables for people,
+a progress bar on stderr for bulk actions, times people read ("3m ago", "1.2 s").
+
+``rich`` is an optional extra (``queued[admin]``) so a worker host stays lean: it is imported
+only when a table or a progress bar is drawn, and ``--json``, ``ping`` and the one-line
+commands work without it.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, Iterable, Sequence
+
+INSTALL_HINT = "queuedctl: tables need rich: pip install 'queued[admin]' (or use --json)"
+
+
+class NeedRich(Exception):
+    """rich is not installed and something asked for a table."""
+
+
+def require_rich():
+    try:
+        import rich.console  # noqa: F401
+        import rich.table  # noqa: F401
+    except ImportError as e:
+        raise NeedRich(INSTALL_HINT) from e
+    import rich
+    return rich
+
+
+# --- JSON ---------------------------------------------------------------------------------------
+
+def emit_json(document: Any) -> None:
+    """The one JSON document a ``--json`` run prints on stdout."""
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+
+def say(text: str) -> None:
+    """A line for people on stdout (what was done)."""
+    sys.stdout.write(text + "\n")
+
+
+def warn(text: str) -> None:
+    sys.stderr.write(f"queuedctl: {text}\n")
+
+
+# --- tables -------------------------------------------------------------------------------------
+
+#: Columns of ids: never wrapped (a jid cut in two cannot be copied); others fold instead.
+WHOLE = ("JID", "Identity", "Process")
+
+
+def console():
+    """rich's console on stdout, data printed as it is."""
+    return _console()
+
+
+def _console():
+    # No markup: a job's arguments or error text such as "[bold]" or [true] is data, and
+    # rich would take it for a style and print nothing.
+    from rich.console import Console
+    return Console(highlight=False, markup=False)
+
+
+def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+                caption: str | None = None, right: Sequence[str] = ()) -> None:
+    """A table on stdout. Off a terminal rich draws it without colour, as wide as $COLUMNS
+    (80 without it); long cells wrap (fold) rather than lose their end, and ids keep their
+    whole width."""
+    require_rich()
+    from rich.table import Table
+    from rich.text import Text
+    cells = [[str(cell) for cell in row] for row in rows]
+    table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
+    for name in columns:
+        # (no_wrap, not min_width: rich shrinks the other columns around a no_wrap one, but
+        # crops the table's right side to honour a min_width)
+        table.add_column(name, justify="right" if name in right else "left",
+                         overflow="fold", no_wrap=name in WHOLE)
+    for row in cells:
+        table.add_row(*(Text(cell) for cell in row))
+    _console().print(table)
+
+
+def print_pairs(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
+    """A title line (longer than the table is wide: a URL), then names and values."""
+    require_rich()
+    from rich.table import Table
+    table = Table(show_header=False)
+    table.add_column("name")
+    table.add_column("value", justify="right")
+    for name, value in pairs:
+        table.add_row(name, str(value))
+    console = _console()
+    console.print(title)
+    console.print(table)
+
+
+# --- progress -----------------------------------------------------------------------------------
+
+Progress = Callable[[int, int], None]
+
+
+class Bar:
+    """A progress bar on stderr for a bulk action over about ``total`` jobs, shown only when
+    stderr is a terminal (and rich is there); otherwise ``callback`` is None and nothing is
+    drawn, so a cron job's mail or a CI log gets the final count only."""
+
+    def __init__(self, label: str, total: int):
+        self.label = label
+        self.total = total
+        self._progress = None
+        self._task = None
+
+    def __enter__(self) -> Bar:
+        if not sys.stderr.isatty():
+            return self
+        try:
+            from rich.console import Console
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress,
+                                       TextColumn, TimeElapsedColumn)
+        except ImportError:
+            return self
+        self._progress = RichProgress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("examined, {task.fields[done]} acted on"), TimeElapsedColumn(),
+            console=Console(stderr=True), transient=False)
+        self._progress.start()
+        self._task = self._progress.add_task(self.label, total=max(self.total, 1), done=0)
+        return self
+
+    @property
+    def callback(self) -> Progress | None:
+        return self._update if self._progress is not None else None
+
+    def _update(self, examined: int, done: int) -> None:
+        # The set shrinks and grows while it is walked: never let the bar pass its end.
+        total = max(self.total, examined, 1)
+        self._progress.update(self._task, completed=examined, total=total, done=done)
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+# --- confirmation -------------------------------------------------------------------------------
+
+def confirm(question: str) -> bool:
+    """Ask on the terminal (the question on stderr, so stdout stays the command's output)."""
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+# --- what people read ---------------------------------------------------------------------------
+
+def duration(seconds: float | None) -> str:
+    """1.2 s, 45 s, 3m 20s, 2h 5m, 3d 4h: two units at most, as precise as a person needs."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs}s" if secs else f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h" if hours else f"{days}d"
+
+
+def _short(seconds: float) -> str:
+    """The largest unit only: 5s, 3m, 2h, 4d (for "ago" and "in")."""
+    seconds = abs(seconds)
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def when(epoch: float | None, now: float) -> str:
+    """"3m ago", "in 5m", "now" (within a second), or "-" when unknown."""
+    if epoch is None:
+        return "-"
+    delta = epoch - now
+    if abs(delta) < 1:
+        return "now"
+    return f"in {_short(delta)}" if delta > 0 else f"{_short(delta)} ago"
+
+
+def count(n: int) -> str:
+    return f"{n:,}"
+
+
+def plural(n: int, noun: str) -> str:
+    """"1 job", "2,000 jobs", "1 process", "3 processes"."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n:,} {noun}{'es' if noun.endswith('s') else 's'}"
+
+
+def megabytes(kb: int | None) -> str:
+    return "-" if kb is None else f"{kb / 1024:.0f} MB"
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` on one line, cut to ``width`` characters with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def compact(value: Any, width: int = 60) -> str:
+    """Arguments as compact JSON, cut to ``width`` characters."""
+    return cut(json.dumps(value, ensure_ascii=False, separators=(",", ":")), width)
