@@ -36,6 +36,7 @@ from typing import Any, Iterable
 import redis as redis_lib
 from redis.exceptions import ReadOnlyError, ResponseError
 
+from .connection import client_from_url
 from .keys import Keys
 from .middleware import Chain, client_middleware
 from .arguments import check_args
@@ -91,7 +92,7 @@ class Client:
         #: Made here from a URL (so ours to replace in a worker: dedicate_job_connection).
         self.owns_redis = redis is None
         if redis is None:
-            redis = redis_lib.Redis.from_url(url or os.environ.get("REDIS_URL") or DEFAULT_URL)
+            redis = client_from_url(url or os.environ.get("REDIS_URL") or DEFAULT_URL)
         self.redis = redis
         self.namespace = namespace
         self.keys = Keys(namespace)

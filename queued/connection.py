@@ -10,14 +10,21 @@ from __future__ import annotations
 import hashlib
 import os
 from typing import Any, Sequence
+from urllib.parse import urlencode
 
 import redis
+import redis.connection
+import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from . import sentinel
 
 #: Seconds a command may take before the socket read gives up. Blocking fetches add their
 #: own block time on top (see fetch.py).
 SOCKET_TIMEOUT = 10.0
+#: Seconds to wait for one Sentinel's answer (where the master is) before asking the next.
+SENTINEL_TIMEOUT = 1.0
 
 
 def make_redis(url: str, *, socket_timeout: float | None = SOCKET_TIMEOUT, name: str | None = None,
@@ -27,9 +34,45 @@ def make_redis(url: str, *, socket_timeout: float | None = SOCKET_TIMEOUT, name:
     redis-py's own silent retries are turned off: re-sending a script that popped a job after
     a lost reply would reserve it twice. Callers retry with their own backoff and logging.
     """
-    return redis.Redis.from_url(
+    return client_from_url(
         url, socket_timeout=socket_timeout, socket_connect_timeout=5.0,
         health_check_interval=0, client_name=name, retry=Retry(NoBackoff(), 0), **kwargs)
+
+
+def client_from_url(url: str, **kwargs: Any) -> redis.Redis:
+    """The one place a Redis URL becomes a client (the daemon, queued.Client, queuedctl).
+    ``redis://``, ``rediss://`` and ``unix://`` are redis-py's own; ``redis+sentinel://``
+    (queued/sentinel.py) is a client whose connections ask the Sentinels where the master is
+    whenever they connect, so after a failover they reconnect to the new one by themselves.
+    A URL's query options win over ``kwargs``, as redis-py's from_url has it."""
+    if not sentinel.is_sentinel_url(url):
+        return redis.Redis.from_url(url, **kwargs)
+    s = sentinel.parse(url)
+    # The options are read as redis-py reads a redis:// URL's (their types, their names).
+    options = redis.connection.parse_url("redis://sentinel-managed?" + urlencode(s.options))
+    for key in ("host", "port", "db", "username", "password"):
+        options.pop(key, None)
+    auth = {k: v for k, v in (("username", s.username), ("password", s.password)) if v}
+    asked = {"socket_timeout": SENTINEL_TIMEOUT, "socket_connect_timeout": SENTINEL_TIMEOUT,
+             **{k: v for k, v in (("username", s.sentinel_username),
+                                  ("password", s.sentinel_password)) if v}}
+    manager = redis.sentinel.Sentinel(list(s.sentinels), sentinel_kwargs=asked)
+    return manager.master_for(s.service_name, redis_class=redis.Redis,
+                              connection_class=_SentinelConnection,
+                              **{**kwargs, **options, **auth, "db": s.db})
+
+
+class _SentinelConnection(redis.sentinel.SentinelManagedConnection):
+    """redis-py's Sentinel-managed connection, asking the Sentinels where the master is on
+    every connect. redis-py (5 and later) asks only in connect(), which its pool calls at each
+    checkout; a connection used outside the pool (a worker's fetch connection, the job code's
+    single connection, queued.Client's own) reconnects through connect_check_health instead,
+    to the last address it had: after a failover, the old master, now a replica."""
+
+    def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        if not self._sock and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        return super().connect_check_health(*args, **kwargs)
 
 
 class Script:

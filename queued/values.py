@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import sentinel
 from .errors import ConfigError
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -134,9 +135,15 @@ def strings(value: Any) -> tuple[str, ...]:
 
 
 def redis_url(value: Any) -> str:
-    what = "a redis://, rediss:// or unix:// URL"
+    what = "a redis://, rediss://, unix:// or redis+sentinel:// URL"
     if not isinstance(value, str):
         raise expected(what, value)
+    if sentinel.is_sentinel_url(value):
+        try:
+            sentinel.parse(value)
+        except ValueError as e:
+            raise Invalid(str(e)) from None  # (not the URL: it may hold a password)
+        return value
     try:
         parts = urlsplit(value)
         _ = parts.port  # raises ValueError on a malformed port

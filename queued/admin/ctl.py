@@ -24,6 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .. import __version__, config as config_mod
+from ..connection import client_from_url
 from ..errors import ConfigError
 from ..redisopts import DEFAULT_REDIS_URL, mask_url
 from ..settings import DEFAULT_CONFIG_FILE
@@ -144,9 +145,8 @@ def connect(url: str, source: str, timeout: float) -> redis_lib.Redis:
     """A client that fails fast and never retries behind our back (a bulk action re-sent
     after a lost reply must be our decision)."""
     try:
-        return redis_lib.Redis.from_url(url, socket_timeout=timeout,
-                                        socket_connect_timeout=timeout,
-                                        retry=Retry(NoBackoff(), 0), client_name="queuedctl")
+        return client_from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                               retry=Retry(NoBackoff(), 0), client_name="queuedctl")
     except ValueError as e:
         raise ConfigError(f"{source}: not a Redis URL: {mask_url(url)}: {e}") from None
 

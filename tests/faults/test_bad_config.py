@@ -46,12 +46,13 @@ CASES = {
     ],
     "bad Redis URL": [
         ({"redis_url": "http://localhost:6379"}, (), {},
-         "redis_url: expected a redis://, rediss:// or unix:// URL, got 'http://localhost:6379'"),
+         "redis_url: expected a redis://, rediss://, unix:// or redis+sentinel:// URL, got "
+         "'http://localhost:6379'"),
         ({"redis_url": "redis://127.0.0.1:abc/0"}, (), {}, "redis_url: expected a redis://"),
         ({"redis_url": 6379}, (), {}, "redis_url: expected a redis://"),
         (None, (), {"REDIS_URL": "localhost:6379"},
-         "environment: REDIS_URL: expected a redis://, rediss:// or unix:// URL, got "
-         "'localhost:6379'"),
+         "environment: REDIS_URL: expected a redis://, rediss://, unix:// or redis+sentinel:// "
+         "URL, got 'localhost:6379'"),
     ],
     # Things queued used to take without a word: an environment section spelt otherwise, a
     # mapping that is no section, Sidekiq's :redis: with a typo, a sidekiq-scheduler block.
