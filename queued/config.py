@@ -38,7 +38,10 @@ HELP_EPILOG = (
     "directory, as Sidekiq's do, not against the config file's folder; the working directory also "
     "goes first on sys.path, so -r app.jobs imports as python -m would. The Redis URL: "
     "--redis-url, else $REDIS_URL, else redis_url or redis: in the file, else "
-    f"{DEFAULT_REDIS_URL}.")
+    f"{DEFAULT_REDIS_URL} (redis+sentinel://host:port,.../service_name for Redis Sentinel). "
+    "Signals to the master: TERM/INT stop gracefully, TSTP/USR1 quiet, HUP rolling restart "
+    "(new job code and config, workers replaced one at a time), TTIN dump each worker's job "
+    "and stack, USR2 reopen the logfile (docs/operating.md).")
 
 #: Settings the command line can give, in the order of --help.
 _CLI_SETTINGS = ("config_file", "concurrency", "queues", "require", "shutdown_timeout",

@@ -76,7 +76,9 @@ class Config:
                         "file, --redis-url over both.", flags=("--redis-url",))
     redis: RedisOptions | None = _s(None, redis_options, "Sidekiq's redis: mapping, instead of "
                                     "redis_url: url, username, password, db, ssl, ssl_params "
-                                    "(ca_file, ca_path, cert, key, verify_mode), connect_timeout.")
+                                    "(ca_file, ca_path, cert, key, verify_mode), connect_timeout; "
+                                    "for Redis Sentinel, sentinels (host:port list), "
+                                    "master_name, role, sentinel_username, sentinel_password.")
     redis_source: str = _s("the default", text, "Where redis_url came from (--redis-url, "
                            "REDIS_URL, the file, the default, embedded_redis); logged at start.",
                            not_in_file="queued records it")

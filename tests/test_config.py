@@ -703,6 +703,14 @@ def test_help_says_how_paths_and_the_redis_url_resolve():
     assert "without -C, config/sidekiq.yml in the working directory" in text
 
 
+def test_help_lists_the_signals_and_the_sentinel_url():
+    text = " ".join(config.build_parser().format_help().split())
+    assert "redis+sentinel://host:port,.../service_name for Redis Sentinel" in text
+    assert ("Signals to the master: TERM/INT stop gracefully, TSTP/USR1 quiet, HUP rolling "
+            "restart (new job code and config, workers replaced one at a time), TTIN dump each "
+            "worker's job and stack, USR2 reopen the logfile (docs/operating.md).") in text
+
+
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "etc",
                        "sidekiq.yml")
 #: A setting line of etc/sidekiq.yml, active or commented out (`# key: value`), and the lines
