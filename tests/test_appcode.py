@@ -43,6 +43,7 @@ def app(tmp_path, monkeypatch):
     """A job module and a helper it imports, written per test under unique names; queued's
     registries and sys.modules are put back afterwards."""
     saved = _Registries.capture()
+    registry.restore({})  # as in a daemon before its job code (other tests registered theirs)
     modules = set(sys.modules)
     path = list(sys.path)
     monkeypatch.chdir(tmp_path)
