@@ -53,9 +53,17 @@ def client_from_url(url: str, **kwargs: Any) -> redis.Redis:
     for key in ("host", "port", "db", "username", "password"):
         options.pop(key, None)
     auth = {k: v for k, v in (("username", s.username), ("password", s.password)) if v}
+    # One try per Sentinel, briefly: one that is down must not hold up asking the next.
     asked = {"socket_timeout": SENTINEL_TIMEOUT, "socket_connect_timeout": SENTINEL_TIMEOUT,
+             "retry": Retry(NoBackoff(), 0),
              **{k: v for k, v in (("username", s.sentinel_username),
                                   ("password", s.sentinel_password)) if v}}
+    # A client made without a retry policy (queued.Client, the job code's get_redis())
+    # reconnects once, at once, on a broken connection: after a failover that is the reconnect
+    # that finds the new master, where a plain redis:// client would raise (as Sidekiq's
+    # clients reconnect once). Timeouts are not retried: the command may have been applied.
+    # The daemon's and queuedctl's clients give retries=0 and retry themselves.
+    kwargs.setdefault("retry", Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)))
     manager = redis.sentinel.Sentinel(list(s.sentinels), sentinel_kwargs=asked)
     return manager.master_for(s.service_name, redis_class=redis.Redis,
                               connection_class=_SentinelConnection,

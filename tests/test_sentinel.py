@@ -116,3 +116,13 @@ def test_the_factory_keeps_plain_urls_as_redis_py_reads_them():
     client = connection.client_from_url("redis://:pw@h:6380/5")
     kw = client.connection_pool.connection_kwargs
     assert (kw["host"], kw["port"], kw["db"], kw["password"]) == ("h", 6380, 5, "pw")
+
+
+def test_a_sentinel_client_without_a_retry_policy_reconnects_once_on_a_broken_connection():
+    # (queued.Client and the job code's get_redis(): the reconnect that finds the new master)
+    kw = connection.client_from_url("redis+sentinel://h1:5000/m").connection_pool \
+        .connection_kwargs
+    retry = kw["retry"]
+    assert retry.get_retries() == 1
+    assert redis.ConnectionError in retry._supported_errors
+    assert redis.TimeoutError not in retry._supported_errors
