@@ -274,6 +274,16 @@ def recent(client: _client.Client | None = None, limit: int = 50) -> list[Task]:
     return [t for t in found if t is not None]
 
 
+def state_word(info: dict, progress: dict) -> str:
+    """A task's state as people read it: succeeded, complete with failures, running (sealed,
+    not complete) or open (not sealed)."""
+    if progress["success"]:
+        return "succeeded"
+    if progress["complete"]:
+        return "complete, with failures"
+    return "running" if info["sealed"] else "open (not sealed)"
+
+
 class _Buffer:
     """The jobs pushed in one open block (client.py hands them over: ``collect``)."""
 

@@ -12,7 +12,7 @@ import argparse
 import time
 
 from .. import client as client_mod
-from ..task import Task, recent
+from ..task import Task, recent, state_word as state
 from . import ctlout as out
 from .ctlcmds import Command, Context, Unhealthy, json_flag, positive
 
@@ -36,14 +36,6 @@ def _find(ctx: Context, task_id: str) -> Task:
 def final(progress: dict) -> int:
     """Jobs in a final state: finished, failed, and the errors not waiting for a retry."""
     return progress["finished"] + progress["failed"] + progress["error"] - progress["retrying"]
-
-
-def state(info: dict, progress: dict) -> str:
-    if progress["success"]:
-        return "succeeded"
-    if progress["complete"]:
-        return "complete, with failures"
-    return "running" if info["sealed"] else "open (not sealed)"
 
 
 def failures(task: Task, limit: int) -> list[dict]:
