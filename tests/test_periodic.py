@@ -12,7 +12,8 @@ import pytest
 import queued
 from queued import config as config_mod
 from queued.keys import Keys
-from queued.periodic import declared, parse_cron, parse_every
+from queued.cronspec import parse_cron, parse_every
+from queued.periodic import declared
 from queued.server import periodic as server_periodic
 from queued.server.periodic import LATE_LIMIT, Periodic
 

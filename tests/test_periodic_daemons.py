@@ -7,7 +7,6 @@ so every pushed job stays in its list and the test reads the ticks from the payl
 from __future__ import annotations
 
 import json
-import signal
 import statistics
 
 import pytest

@@ -16,7 +16,8 @@ import time
 
 from ..keys import Keys
 from ..payload import new_jid
-from ..periodic import enqueue, parse_cron, parse_every, stamp
+from ..cronspec import parse_cron, parse_every
+from ..periodic import enqueue, stamp
 from ..values import Invalid
 from . import ctlout as out
 from .ctlcmds import Command, Context, Unhealthy, Usage, json_flag
