@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import os
 from typing import Any, Callable
 
@@ -82,6 +83,19 @@ def _args(value: Any) -> tuple:
     return (value,)
 
 
+def _plain(args: tuple) -> tuple:
+    """Arguments JSON gives back as they are: YAML's dates and Python's objects would fail at
+    every tick, in the master, instead of once at start."""
+    try:
+        same = json.loads(dumps(list(args))) == list(args)
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        raise Invalid(f"must be plain JSON (strings, numbers, true/false/null, lists, mappings "
+                      f"with string keys), got {show(list(args))}", "args")
+    return args
+
+
 def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise expected("true or false", value)
@@ -152,7 +166,7 @@ def parse_entry(name: str, entry: Any, where: str) -> Schedule:
             except Invalid as exc:
                 raise exc.within(key) from None
     return Schedule(name=name, timing=timing, klass=fields.get("class", name),
-                    queue=fields.get("queue"), args=_args(found.get("args")),
+                    queue=fields.get("queue"), args=_plain(_args(found.get("args"))),
                     description=fields.get("description", ""),
                     enabled=fields.get("enabled", True), catch_up=fields.get("catch_up", False),
                     include_metadata=fields.get("include_metadata", False),
@@ -229,8 +243,9 @@ def periodic(cron: str | None = None, *, every: Any = None, name: str | None = N
         raise TypeError("@queued.periodic takes a cron expression or every=..., not both")
     try:
         timing = parse_cron(cron) if cron is not None else parse_every(every)
+        _plain(tuple(args))
     except Invalid as exc:
-        raise ValueError(f"@queued.periodic: {exc}") from None
+        raise ValueError(f"@queued.periodic: {exc.sub + ': ' if exc.sub else ''}{exc}") from None
 
     def decorate(target: Any) -> Any:
         job_class = getattr(target, "job_class", target)

@@ -669,6 +669,8 @@ def test_the_older_top_level_schedule_form_is_read_too(write):
     (":scheduler:\n  :schedule:\n    a: {in: 1h, class: A}\n",
      "scheduler.schedule.a.in: not supported: one-off schedules"),
     (":scheduler:\n  :dynamic: true\n", "scheduler.dynamic: not supported"),
+    (":scheduler:\n  :schedule:\n    a: {every: 1d, class: A, args: [2024-01-01]}\n",
+     "scheduler.schedule.a.args: must be plain JSON"),
     ("production:\n  :schedule:\n    a: {cron: '0 3 * * *', clas: A}\n",
      "unknown key 'production.schedule.a.clas' (did you mean 'production.schedule.a.class'?)"),
     (":schedule:\n  a: {cron: '0 3 * * *'}\n:scheduler:\n  :schedule:\n    b: {every: 1h}\n",

@@ -20,6 +20,8 @@ import logging
 import time
 from typing import Callable
 
+import redis
+
 from .. import payload as codec
 from ..errors import ConfigError
 from ..job import registry
@@ -129,7 +131,12 @@ class Periodic:
             self.sync(now)
         for s in self.schedules:
             if now >= self.next_at[s.name]:
-                self._fire(s, now)
+                try:
+                    self._fire(s, now)
+                except (redis.RedisError, OSError):
+                    raise
+                except Exception:  # noqa: BLE001 - one broken schedule must not stop the master
+                    log.exception("schedule %s: its tick could not be pushed", s.name)
                 self.next_at[s.name] = s.timing.next_after(now)
 
     def sync(self, now: float) -> None:
