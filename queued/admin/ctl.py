@@ -39,8 +39,7 @@ COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctltasks.COMMANDS, *ctlprocs.
 DESCRIPTION = """\
 Look after the jobs and processes of queued (and Sidekiq) on one Redis: stats, queues,
 the scheduled/retry/dead sets, tasks, periodic jobs, running processes; retry, delete or kill
-jobs in bulk;
-pause queues; quiet, stop or dump processes; a health probe."""
+jobs in bulk; pause queues; quiet, stop or dump processes; a health probe."""
 
 EPILOG = """\
 Redis: --redis URL, else -C CONFIG (its redis_url or :redis:, and namespace), else $REDIS_URL,
