@@ -27,13 +27,13 @@ from .. import __version__, config as config_mod
 from ..errors import ConfigError
 from ..redisopts import DEFAULT_REDIS_URL, mask_url
 from ..settings import DEFAULT_CONFIG_FILE
-from . import ctlcmds, ctljobs, ctlprocs
+from . import ctlcmds, ctljobs, ctlprocs, ctlweb
 from .ctlout import INSTALL_HINT, NeedRich, require_rich
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 #: In the order of --help.
-COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctlprocs.COMMANDS]
+COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctlprocs.COMMANDS, *ctlweb.COMMANDS]
 
 DESCRIPTION = """\
 Look after the jobs and processes of queued (and Sidekiq) on one Redis: stats, queues,
