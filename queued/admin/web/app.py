@@ -46,10 +46,11 @@ def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | N
     web = Web(r=redis, keys=keys, admin=Admin(redis, namespace=namespace),
               client=Client(redis, namespace=namespace), metrics=MetricsReader(redis, keys),
               csrf=Csrf(secret), poll_interval=poll_interval)
+    # /{set} (scheduled, retries, dead) last: it would match any other one-segment path
     routes = [*pages_overview.routes, *pages_busy.routes, *pages_queues.routes,
-              *pages_jobs.routes, *pages_tasks.routes, *pages_metrics.routes, metrics_route,
+              *pages_tasks.routes, *pages_metrics.routes, metrics_route,
               Mount("/static", app=StaticFiles(directory=os.path.join(HERE, "static")),
-                    name="static")]
+                    name="static"), *pages_jobs.routes]
     app = Starlette(debug=debug, routes=routes, exception_handlers={
         HTTPException: _http_error, redis_lib.ConnectionError: _redis_down,
         redis_lib.TimeoutError: _redis_down})
