@@ -25,6 +25,7 @@ SETS = {"scheduled": ("schedule", "Scheduled"), "retries": ("retry", "Retries"),
 FILTERS = {"class": "klass", "queue": "queue", "error": "error", "arg": "arg"}
 #: A search step examines at most this many jobs before it shows what it found.
 SCAN_BUDGET = 5000
+ZSCAN_COUNT = 500
 #: What a backtrace may inflate to (the blob is data from Redis, not trusted).
 BACKTRACE_MAX = 1 << 20
 
@@ -46,17 +47,21 @@ def search(js: JobSet, where: Filter, cursor: int) -> tuple[list[Entry], int, in
     """(matches, the ZSCAN cursor to go on from (0: the end), jobs examined) for one bounded
     step of a search."""
     found: list[Entry] = []
-    examined = 0
+    examined = calls = 0
     pattern = where.pattern()
     while True:
-        cursor, rows = js.r.zscan(js.key, cursor, match=pattern, count=500)
+        cursor, rows = js.r.zscan(js.key, cursor, match=pattern, count=ZSCAN_COUNT)
+        calls += 1
         for member, score in rows:
             examined += 1
             entry = Entry(member, score, js.name)
             if where.matches(entry):
                 found.append(entry)
+        # With a MATCH pattern Redis examines about COUNT jobs per call but returns only
+        # those that fit: the budget counts what Redis examined, not what came back.
+        examined = max(examined, calls * ZSCAN_COUNT)
         if cursor == 0 or len(found) >= PAGE_SIZE or examined >= SCAN_BUDGET:
-            return found, int(cursor), examined
+            return found, int(cursor), min(examined, js.size())
 
 
 def listing(request: Request):
