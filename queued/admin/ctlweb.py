@@ -39,6 +39,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="require HTTP basic auth (else $QUEUED_WEB_AUTH; use TLS in front)")
     p.add_argument("--poll", metavar="SECONDS", type=float, default=2.0,
                    help="how often the overview's live graph polls (default 2)")
+    p.add_argument("--root-path", metavar="PREFIX", default="",
+                   help="the path prefix a reverse proxy serves the dashboard under (/queued)")
     p.add_argument("--access-log", action="store_true", help="log every request")
 
 
@@ -77,7 +79,8 @@ def run_web(ctx: Context, args: argparse.Namespace) -> int:
     sys.stderr.flush()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     config = uvicorn.Config(app, log_level="warning", access_log=args.access_log,
-                            server_header=False, proxy_headers=False, lifespan="off")
+                            server_header=False, proxy_headers=False, lifespan="off",
+                            root_path=args.root_path.rstrip("/"))
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 
