@@ -73,6 +73,8 @@ def listing(request: Request):
     if where:
         cursor = int_param(request, "cursor", 0, 0, 2**64)
         rows, next_cursor, examined = search(js, where, cursor)
+        # ZSCAN's order is the hash table's: show a step's matches in the set's own order
+        rows.sort(key=lambda e: e.score or 0.0, reverse=js.name == "dead")
         context.update(rows=rows, next_cursor=next_cursor, examined=examined, pager=None)
     else:
         page = pager(request, context["size"])
