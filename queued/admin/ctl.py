@@ -27,14 +27,14 @@ from .. import __version__, config as config_mod
 from ..errors import ConfigError
 from ..redisopts import DEFAULT_REDIS_URL, mask_url
 from ..settings import DEFAULT_CONFIG_FILE
-from . import cron, ctlcmds, ctljobs, ctlprocs, ctltasks
+from . import cron, ctlcmds, ctljobs, ctlprocs, ctltasks, ctlweb
 from .ctlout import INSTALL_HINT, NeedRich, require_rich
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 #: In the order of --help.
 COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctltasks.COMMANDS, *ctlprocs.COMMANDS,
-            *cron.COMMANDS]
+            *cron.COMMANDS, *ctlweb.COMMANDS]
 
 DESCRIPTION = """\
 Look after the jobs and processes of queued (and Sidekiq) on one Redis: stats, queues,
