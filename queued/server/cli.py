@@ -11,6 +11,7 @@ import sys
 from .. import __version__, config as config_mod
 from .. import client
 from . import log as logsetup
+from . import periodic
 from ..errors import APP_LOAD_ERROR, EXIT_CONFIG_ERROR, AppLoadError, ConfigError, QueuedError
 from ..job import registry
 from .appcode import AppCode, load_app
@@ -64,6 +65,7 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
         # wherever the config file lives.
         code = AppCode(os.getcwd())
         code.load(cfg.require, cfg.serve_no_jobs)
+        periodic.check(cfg)
         return _run(cfg, early, embedded, notifier, code, _reader(args, embedded))
     except AppLoadError as e:
         return _fail(str(e), APP_LOAD_ERROR)
