@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from queued import events
-from queued.errors import AppLoadError
+from queued.periodic import declared
+from queued.errors import AppLoadError, ConfigError
 from queued.job import registry
 from queued.middleware import server_middleware
 from queued.server.appcode import AppCode, _Registries
@@ -107,6 +108,36 @@ def test_a_reload_that_fails_changes_nothing(app, tmp_path):
     write("v3")
     code.reload([target])
     assert job_class(stem)().perform() == "v3"
+
+
+PERIODIC = """
+@queued.periodic("*/5 * * * *", name="{name}")
+class Ticked(queued.Job):
+    def perform(self):
+        pass
+"""
+
+
+def test_periodic_declarations_follow_the_code_and_a_failed_check_puts_them_back(app, tmp_path):
+    write, target, stem, helper = app
+    write("v1", tail=PERIODIC.format(name="every5-" + stem))
+    code = AppCode(str(tmp_path))
+    code.load([target])
+    assert "every5-" + stem in declared
+    # When the new code renames its schedule, the old declaration is gone, not kept beside it
+    write("v2", tail=PERIODIC.format(name="renamed-" + stem))
+    code.reload([target])
+    assert "renamed-" + stem in declared and "every5-" + stem not in declared
+    # When the check after the import fails (a schedule naming no job class), everything is
+    # put back, the schedules included, and the check's error goes to the caller
+    write("v3", tail=PERIODIC.format(name="v3-" + stem))
+
+    def refuse():
+        raise ConfigError("schedule v3: 'Nope' is not a job class of this process")
+    with pytest.raises(ConfigError, match="Nope"):
+        code.reload([target], check=refuse)
+    assert "renamed-" + stem in declared and "v3-" + stem not in declared
+    assert job_class(stem)().perform() == "v2"
 
 
 def test_code_that_registers_no_job_is_a_failed_reload(app, tmp_path):

@@ -4,6 +4,7 @@ tests/integration/test_rolling_restart.py)."""
 from __future__ import annotations
 
 import itertools
+import sys
 import signal
 import time
 
@@ -129,3 +130,37 @@ def test_a_master_without_job_code_reloads_the_config_only(redis_url):
     cfg = config.from_dict({"redis_url": redis_url, "concurrency": 1}, environ={})
     rollout = Rollout(Master(cfg).children, None, lambda: calls.append(1) or cfg)
     assert rollout.reload(cfg) is cfg and calls == [1]
+
+
+def test_a_reload_checks_the_new_schedules_and_the_master_takes_them(redis_url, tmp_path,
+                                                                     monkeypatch, caplog):
+    from queued.server.appcode import AppCode, _Registries
+    from queued.job import registry
+    saved = _Registries.capture()
+    registry.restore({})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "tickjobs.py").write_text(
+        "import queued\n\nclass Tick(queued.Job):\n    def perform(self):\n        pass\n")
+    base = {"redis_url": redis_url, "concurrency": 1, "require": ["tickjobs.py"]}
+    files = [base, {**base, "scheduler": {"schedule": {"typo": {
+        "cron": "* * * * *", "class": "Tikc"}}}}, {**base, "scheduler": {"schedule": {
+            "beat": {"every": "30s", "class": "Tick"}}}}]
+    try:
+        code = AppCode(str(tmp_path))
+        code.load(["tickjobs.py"])
+        cfg = config.from_dict(files[0], environ={})
+        m = Master(cfg, code=code, reread=lambda: config.from_dict(files.pop(0), environ={}))
+        files.pop(0)
+        assert m.periodic.schedules == []
+        # When the new config schedules a class this process does not have, on a queue it
+        # serves: refused, nothing changes, the log says why
+        m._hup("SIGHUP")
+        assert "'Tikc' is not a job class of this process" in caplog.text
+        assert m.config is cfg and not m.rollout.active and m.periodic.schedules == []
+        # When it schedules one it has: the master pushes it from now on
+        m._hup("SIGHUP")
+        assert [s.name for s in m.periodic.schedules] == ["beat"]
+        assert m.config.schedules[0].klass == "Tick"
+    finally:
+        saved.restore()
+        sys.modules.pop("tickjobs", None)

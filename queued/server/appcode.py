@@ -12,9 +12,9 @@ outside the standard library, site-packages and queued itself (``_own``). They a
 ``sys.modules`` so the import runs their files afresh. Libraries stay as loaded (a new version
 of a library needs a restart), and so do compiled extension modules (Python cannot load one
 twice). queued's registries that job code fills as it is imported (job classes, client and
-server middleware, lifecycle and error handlers, the strict_args mode) go back to what they held
-before the job code first loaded, so the new code registers its own without clashing with the
-old. A ``startup`` handler is not run again.
+server middleware, lifecycle and error handlers, the strict_args mode, @queued.periodic
+schedules) go back to what they held before the job code first loaded, so the new code
+registers its own without clashing with the old. A ``startup`` handler is not run again.
 """
 from __future__ import annotations
 
@@ -27,13 +27,14 @@ import sys
 import sysconfig
 import traceback
 import warnings
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from .. import events
 from ..arguments import strict_args
 from ..errors import AppLoadError
 from ..job import JobNameClash, registry
 from ..middleware import client_middleware, server_middleware
+from ..periodic import declared as declared_schedules  # (queued.periodic is the decorator)
 
 log = logging.getLogger("queued")
 
@@ -115,13 +116,15 @@ class _Registries(NamedTuple):
     server: list
     events: tuple
     strict: str | None
+    schedules: dict  # @queued.periodic declarations
 
     @classmethod
     def capture(cls) -> _Registries:
         mode = strict_args()  # (returns the mode in force; put back at once)
         strict_args(mode or False)
         return cls(registry.snapshot(), client_middleware.snapshot(),
-                   server_middleware.snapshot(), events.snapshot(), mode)
+                   server_middleware.snapshot(), events.snapshot(), mode,
+                   dict(declared_schedules))
 
     def restore(self) -> None:
         registry.restore(self.classes)
@@ -129,6 +132,8 @@ class _Registries(NamedTuple):
         server_middleware.restore(self.server)
         events.restore(self.events)
         strict_args(self.strict or False)
+        declared_schedules.clear()
+        declared_schedules.update(self.schedules)
 
 
 class AppCode:
@@ -146,9 +151,11 @@ class AppCode:
         check_jobs(requires, serve_no_jobs)
         self.modules = _own(set(sys.modules) - before)
 
-    def reload(self, requires: Sequence[str], serve_no_jobs: bool = False) -> None:
-        """Import the job code again. On any failure (AppLoadError says why) everything is
-        as it was: modules, registries, sys.path."""
+    def reload(self, requires: Sequence[str], serve_no_jobs: bool = False,
+               check: Callable[[], None] | None = None) -> None:
+        """Import the job code again, then ``check`` what needs it (the schedules' classes).
+        On any failure (AppLoadError or check's ConfigError says why) everything is as it
+        was: modules, registries, sys.path."""
         saved = _Registries.capture()
         saved_modules = {name: sys.modules.pop(name) for name in self.modules
                          if name in sys.modules}
@@ -160,6 +167,8 @@ class AppCode:
         try:
             load_app(requires, self.base_dir)
             check_jobs(requires, serve_no_jobs)
+            if check is not None:
+                check()
         except BaseException:
             for name in _own(set(sys.modules) - before):
                 sys.modules.pop(name, None)

@@ -310,6 +310,7 @@ class Master:
         for part in (self.heartbeat, self.children):
             part.reconfigure(config)
         self.scheduler.config = self.exits.config = config
+        self.periodic = Periodic(self.r, self.keys, config)  # (new schedules; synced at once)
         self.waker.horizon = config.fetch_timeout
         logging.getLogger("queued").setLevel(config.log_level)
         self.next_beat = 0.0  # a new tag or labels show at once

@@ -30,6 +30,7 @@ from typing import Callable
 from ..errors import AppLoadError, ConfigError
 from ..job import registry
 from ..redisopts import mask_url
+from . import periodic
 from .children import Children
 
 log = logging.getLogger("queued.master")
@@ -113,8 +114,8 @@ class Rollout:
             return None
         if self.code is not None:
             try:
-                self.code.reload(new.require, new.serve_no_jobs)
-            except AppLoadError as e:
+                self.code.reload(new.require, new.serve_no_jobs, lambda: periodic.check(new))
+            except (AppLoadError, ConfigError) as e:
                 log.error("%s: the new job code does not load: %s; nothing changed, the %d "
                           "worker(s) run on with the code they have", why, e,
                           len(self.children.workers))
