@@ -734,7 +734,8 @@ def test_the_redis_mapping_in_a_unix_socket_url_keeps_the_db_in_the_query():
                              "timeouts (a blocking fetch waits up to fetch_timeout)"),
     ({"db": -1}, "redis.db: expected an integer >= 0, got -1"),
     ({"password": 1234}, "redis.password: expected a string (quote a number), got 1234"),
-    ({"url": "http://h"}, "redis.url: expected a redis://, rediss://, unix:// or redis+sentinel:// URL"),
+    ({"url": "http://h"},
+     "redis.url: expected a redis://, rediss://, unix:// or redis+sentinel:// URL"),
     ({"ssl_params": {"ca_file": "x"}}, "redis.ssl_params: needs TLS: a rediss:// redis.url, "
                                        "or ssl: true"),
     ({"ssl": True, "ssl_params": {"verify_mode": "sometimes"}},

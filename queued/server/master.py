@@ -26,7 +26,7 @@ from .. import events
 from . import recovery, titles
 from . import log as logsetup
 from ..connection import make_redis
-from ..errors import EXIT_REDIS_ERROR, QueuedError
+from ..errors import EXIT_REDIS_ERROR
 from .heartbeat import Heartbeat, new_identity
 from .periodic import Periodic
 from ..keys import Keys

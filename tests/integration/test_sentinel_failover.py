@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections import Counter
 
 import pytest
