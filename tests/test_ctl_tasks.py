@@ -21,7 +21,7 @@ from test_ctl import in_terminal
 KEYS = Keys()
 
 
-class Register(queued.Job):
+class Signup(queued.Job):
     def perform(self, product):
         pass
 
@@ -35,7 +35,7 @@ def a_task(r, description="promo 42"):
     its retry (with a message), one still enqueued; (task, [jids])."""
     task = Task(description)
     with task:
-        jids = Register.perform_bulk([[i] for i in range(4)])
+        jids = Signup.perform_bulk([[i] for i in range(4)])
     move(r, task, jids[0], "finished")
     move(r, task, jids[1], "failed",
          tracking.error_json("JobFailed", "price below cost <b>", final=True))
@@ -67,8 +67,8 @@ def test_task_as_a_table_shows_the_bar_counts_and_failures(producer, r, redis_ur
     table = rows(said)
     assert ["1", "0", "1", "1", "1", "1"] in table  # enqueued working finished failed error
     failures = {row[0]: row[1:] for row in table if row and row[0] in jids}
-    assert failures[jids[1]][:3] == ["Register", "failed", "JobFailed: price below cost <b>"]
-    assert failures[jids[2]] == ["Register", "error (retrying)",
+    assert failures[jids[1]][:3] == ["Signup", "failed", "JobFailed: price below cost <b>"]
+    assert failures[jids[2]] == ["Signup", "error (retrying)",
                                  "TimeoutError: shop API timed out", "tried the shop API"]
 
 
@@ -76,7 +76,7 @@ def test_tasks_lists_the_newest_first(producer, r, redis_url):
     first, _ = a_task(r, "first")
     second = Task("second")
     with second:
-        Register.perform_async(1)
+        Signup.perform_async(1)
     listed = ctl_json("tasks", url=redis_url)
     assert [t["id"] for t in listed] == [second.id, first.id]
     assert listed[1]["progress"]["total"] == 4 and listed[0]["state"] == "running"
@@ -112,9 +112,9 @@ def test_watch_waits_for_the_end_and_its_status_says_how_it_ended(producer, r, r
     # Given two tasks of two jobs each, watched
     good, bad = Task("good"), Task("bad")
     with good:
-        g = Register.perform_bulk([[1], [2]])
+        g = Signup.perform_bulk([[1], [2]])
     with bad:
-        b = Register.perform_bulk([[1], [2]])
+        b = Signup.perform_bulk([[1], [2]])
     watchers = {good.id: watch(good.id, redis_url), bad.id: watch(bad.id, redis_url)}
     # When every job ends: all finished in one, one dead in the other
     for jid in g:
@@ -132,7 +132,7 @@ def test_watch_waits_for_the_end_and_its_status_says_how_it_ended(producer, r, r
 def test_watch_on_a_terminal_draws_a_bar_that_reaches_100_percent(producer, r, redis_url):
     task = Task("shown")
     with task:
-        jids = Register.perform_bulk([[i] for i in range(3)])
+        jids = Signup.perform_bulk([[i] for i in range(3)])
     for jid in jids:
         move(r, task, jid, "finished")
     status, said = in_terminal(["task", task.id, "--watch"], b"", redis_url)

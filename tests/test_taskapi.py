@@ -13,7 +13,7 @@ import pytest
 from queued.admin.taskapi import TaskAPI
 from queued.task import Task
 
-from test_ctl_tasks import Register, a_task
+from test_ctl_tasks import Signup, a_task
 
 
 class Quiet(WSGIRequestHandler):
@@ -58,7 +58,7 @@ def test_a_tasks_progress_and_its_failed_jobs(api, r):
 def test_pages_of_a_large_state_cover_every_job_once(api, producer):
     task = Task("many")
     with task:
-        jids = Register.perform_bulk([[i] for i in range(1200)])
+        jids = Signup.perform_bulk([[i] for i in range(1200)])
     seen, cursor = [], 0
     while True:
         status, page = get(f"{api}/tasks/{task.id}/jobs?state=enqueued&count=500&cursor={cursor}")
