@@ -10,6 +10,9 @@ This module owns names only; which module writes each key is noted beside it.
 from __future__ import annotations
 
 import time
+from datetime import datetime
+
+from . import metricskeys
 
 
 class Keys:
@@ -67,6 +70,13 @@ class Keys:
 
     def signals(self, identity: str) -> str:  # list of remote signals; heartbeat.py RPOPs
         return f"{self.ns}{identity}-signals"
+
+    # --- Sidekiq 7's per-class metrics (metricskeys.py has the layout) ----------------------
+    def metrics_minute(self, t: datetime) -> str:  # hash; server/metrics.py HINCRBYs
+        return self.ns + metricskeys.minute_key(t)
+
+    def metrics_histogram(self, klass: str, t: datetime) -> str:  # BITFIELD; server/metrics.py
+        return self.ns + metricskeys.histogram_key(klass, t)
 
     # --- queued's own keys ----------------------------------------------------------------
     def reserved(self, identity: str, slot: int) -> str:
