@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .redisopts import DEFAULT_REDIS_URL, RedisOptions, redis_options
-from .values import (Invalid, boolean, error, integer, optional_seconds, path, queues, redis_url,
-                     seconds, strings, text, word)
+from .values import (Invalid, boolean, error, host_port, integer, optional_seconds, path, queues,
+                     redis_url, seconds, strings, text, word)
 
 #: Read when no -C is given and it exists, as Sidekiq does (relative to the working directory).
 DEFAULT_CONFIG_FILE = os.path.join("config", "sidekiq.yml")
@@ -112,6 +112,12 @@ class Config:
                              "to the working directory).")
     logfile: str | None = _s(None, path, "Log here instead of stderr (Sidekiq 5 key; relative "
                              "to the working directory).")
+    metrics: tuple[str, int] | None = _s(None, host_port, "HOST:PORT where the master serves "
+                                         "Prometheus metrics at /metrics (needs the metrics "
+                                         "extra: pip install 'queued[metrics]'); off if unset.")
+    record_metrics: bool = _s(True, boolean, "Count each job class's runs, failures and run "
+                              "times (shared memory), written to Redis on each heartbeat in "
+                              "Sidekiq 7's metrics layout and served at metrics:.")
 
     @property
     def queue_names(self) -> tuple[str, ...]:

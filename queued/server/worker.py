@@ -56,7 +56,7 @@ class Worker:
 
     def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int,
                  notes: Notes | None = None, watch: Watch | None = None,
-                 idle_fd: int | None = None):
+                 idle_fd: int | None = None, metrics=None):
         self.config = config
         self.notes = notes if notes is not None else Notes(note_labels(config))
         self.watch = watch if watch is not None else Watch(config.concurrency)
@@ -71,6 +71,7 @@ class Worker:
         self.blocking = False
         self.reopen_logs = False
         self.batch = 1
+        self.metrics = metrics  # the per-class metrics table (metrics.py), or None
 
     # --- process setup -----------------------------------------------------------------------
     def run(self) -> None:
@@ -119,7 +120,8 @@ class Worker:
         self.title = titles.WorkerTitle(cfg.tag, self.slot)
         self.title.idle()
         self.runner = Runner(cfg, self.keys, self.slot, self.fetcher, self.writer, self.title,
-                             self.notes, self.joblog, self._outage, lambda: self.stopping)
+                             self.notes, self.joblog, self._outage, lambda: self.stopping,
+                             self.metrics.recorder(self.slot) if self.metrics else None)
 
     def _die_with_master(self) -> None:
         """Ask Linux to SIGKILL this worker when the master dies. It was a TERM, on which a
