@@ -3,16 +3,20 @@
 What it serves is aggregated in the master from shared memory (metrics.py for the per-class
 counters and durations, the slot table for busy workers and pids), at scrape time, by a custom
 collector: no prometheus_client multiprocess mode, so no file per worker pid piling up as
-workers are recycled. prometheus_client's own WSGI server runs in a daemon thread of the
-master; it binds exactly the address configured, its socket is closed in every forked worker,
-and it is shut down as the master stops. docs/metrics.md lists every metric and its Sidekiq
+workers are recycled. prometheus_client's WSGI app runs on wsgiref's server, in a daemon thread
+of the master; it binds exactly the address configured, its socket is closed in every forked
+worker, and it is shut down as the master stops. docs/metrics.md lists every metric and its Sidekiq
 and Dramatiq equivalents.
 """
 from __future__ import annotations
 
 import logging
 import os
+import socket
+import threading
+from socketserver import ThreadingMixIn
 from typing import Iterator
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import psutil
 
@@ -32,13 +36,13 @@ def _require_client(config):
     """prometheus_client, or a ConfigError naming the key and the file."""
     try:
         import prometheus_client  # noqa: F401 - the metrics extra
-        from prometheus_client import core, exposition
+        from prometheus_client import core
     except ImportError:
         raise ConfigError(f"{config.config_file or 'the configuration'}: metrics: serving "
                           "Prometheus needs the prometheus_client package, which is not "
                           "installed (pip install 'queued[metrics]'), or remove metrics:"
                           ) from None
-    return core, exposition
+    return core
 
 
 class Collector:
@@ -90,11 +94,30 @@ class Collector:
         yield from (processed, failed, durations)
 
 
+class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per request (a slow scraper holds up no other), never joined at exit."""
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - no line per scrape on stderr
+        pass
+
+
+def _make_server(host: str, port: int, app) -> WSGIServer:
+    """A WSGI server bound to exactly ``host``:``port`` (IPv4 or IPv6, as the host
+    resolves)."""
+    family, *_, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                              flags=socket.AI_PASSIVE)[0]
+    server_class = type("MetricsServer", (_Server,), {"address_family": family})
+    return make_server(sockaddr[0], port, app, server_class=server_class, handler_class=_Quiet)
+
+
 class Exporter:
     def __init__(self, config, table: SlotTable, metrics: MetricsTable | None):
         self.config = config
         self.host, self.port = config.metrics
-        self.core, self.exposition = _require_client(config)
+        self.core = _require_client(config)
         self.collector = Collector(self.core, table, metrics, config.concurrency)
         self.server = None
         self.thread = None
@@ -102,17 +125,18 @@ class Exporter:
     def start(self) -> None:
         """Listen on HOST:PORT, or a ConfigError saying why not (a port taken, a host that is
         not this machine's)."""
-        from prometheus_client import CollectorRegistry
+        from prometheus_client import CollectorRegistry, make_wsgi_app
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self.collector)
         try:
-            self.server, self.thread = self.exposition.start_http_server(
-                self.port, addr=self.host, registry=registry)
+            self.server = _make_server(self.host, self.port, make_wsgi_app(registry))
         except OSError as e:
             raise ConfigError(f"{self.config.config_file or 'the configuration'}: metrics: "
                               f"cannot listen on {self.host}:{self.port} ({e.strerror or e})"
                               ) from None
-        self.thread.name = "metrics-http"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="metrics-http",
+                                       daemon=True)
+        self.thread.start()
         log.info("metrics: Prometheus at http://%s:%d/metrics",
                  f"[{self.host}]" if ":" in self.host else self.host, self.port)
 
