@@ -115,8 +115,9 @@ class Recorder:
         if self.w[self.seq] & 1:  # a writer killed inside a record left it odd
             self.w[self.seq] += 1
         self.other = table.row_at(region, table.capacity - 1)
-        #: (class, queue) -> row; and stored key -> row for what earlier writers added
-        self.index: dict[tuple[str, str], int] = {}
+        #: queue -> class -> row (no tuple made per job); stored key -> row, with what
+        #: earlier writers of the region added
+        self.index: dict[str, dict[str, int]] = {}
         self.rows = {stored_key(*table.key(region, i)): table.row_at(region, i)
                      for i in range(self.w[self.used_at])}
 
@@ -127,7 +128,8 @@ class Recorder:
         klass = msg.get("wrapped") or msg.get("class")
         if klass.__class__ is not str:  # a payload's odd "wrapped" (a list, a number)
             klass = str(klass)
-        row = self.index.get((klass, queue))
+        rows = self.index.get(queue)
+        row = rows.get(klass) if rows is not None else None
         if row is None:
             row = self._row(klass, queue)
         w, seq = self.w, self.seq
@@ -151,7 +153,7 @@ class Recorder:
             self.table._put_key(self.region, used, raw)
             self.w[self.used_at] = used + 1  # publishes the key written just before
             row = self.rows[raw] = self.table.row_at(self.region, used)
-        self.index[(klass, queue)] = row
+        self.index.setdefault(queue, {})[klass] = row
         return row
 
 
