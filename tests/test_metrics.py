@@ -168,3 +168,22 @@ def test_a_histogram_bucket_saturates_at_65535_as_sidekiqs_overflow_sat(r):
     Flusher(r, Keys(), table).flush(NOW)
     assert r.execute_command("BITFIELD_RO", "Many-23-09:5", "GET", "u16", "#0") == [65535]
     assert hash_of(r, "j|20261123|9:5")["Many|p"] == 70000
+
+
+# --- the settings ----------------------------------------------------------------------------
+
+def test_the_metrics_setting_takes_host_and_port_and_is_off_by_default():
+    from queued import config
+    assert config.from_dict({}).metrics is None and config.from_dict({}).record_metrics is True
+    for text, want in (("127.0.0.1:9394", ("127.0.0.1", 9394)), ("[::1]:80", ("::1", 80)),
+                       ("localhost:65535", ("localhost", 65535))):
+        assert config.from_dict({"metrics": text}).metrics == want
+
+
+def test_a_bad_metrics_address_is_a_config_error_naming_the_file_and_the_key():
+    import pytest
+    from queued import config
+    for bad in ("9394", 9394, ":9394", "localhost", "h:0", "h:65536", "a b:1", "[::1]"):
+        with pytest.raises(config.ConfigError) as e:
+            config.from_dict({"metrics": bad}, source="/etc/queued/sidekiq.yml")
+        assert str(e.value).startswith("/etc/queued/sidekiq.yml: metrics: expected HOST:PORT")
