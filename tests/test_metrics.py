@@ -79,13 +79,17 @@ def test_long_and_odd_class_names_are_cut_to_fit_and_counted_once():
     table = MetricsTable(2)
     rec = table.recorder(0)
     long = "N" * 500
-    rec.record({"class": long}, "q", 0.0, False)
-    table.recorder(0).record({"class": long}, "q", 0.0, False)  # a replacement, same class
+    cut = "a" + "é" * 300  # cut in the middle of a two-byte character
+    for replaced in (False, True):  # then a replacement, the same classes
+        writer = table.recorder(0) if replaced else rec
+        writer.record({"class": long}, "q", 0.0, False)
+        writer.record({"class": cut}, "q", 0.0, False)
     rec.record({"class": "J", "wrapped": ["not", "a", "string"]}, "q", 0.0, False)
     totals = table.reader().totals()
     assert totals[("N" * 190, "q")][0] == 2
+    assert totals[("a" + "é" * 94 + "\ufffd", "q")][0] == 2
     assert totals[("['not', 'a', 'string']", "q")][0] == 1
-    assert table.words[table.seq_at(0) + 1] == 2
+    assert table.words[table.seq_at(0) + 1] == 3
 
 
 def test_a_writer_killed_inside_a_record_does_not_hang_the_reader_and_is_fixed_by_the_next():

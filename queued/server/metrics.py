@@ -91,9 +91,12 @@ class MetricsTable:
         off = self._key_off(region, entry)
         self.mem[off:off + KEY_BYTES] = raw.ljust(KEY_BYTES, b"\0")
 
-    def key(self, region: int, entry: int) -> tuple[str, str]:
+    def raw_key(self, region: int, entry: int) -> bytes:
         off = self._key_off(region, entry)
-        return _parse_key(self.mem[off:off + KEY_BYTES])
+        return self.mem[off:off + KEY_BYTES].rstrip(b"\0")
+
+    def key(self, region: int, entry: int) -> tuple[str, str]:
+        return _parse_key(self.raw_key(region, entry))
 
     def recorder(self, region: int) -> Recorder:
         return Recorder(self, region)
@@ -118,7 +121,7 @@ class Recorder:
         #: queue -> class -> row (no tuple made per job); stored key -> row, with what
         #: earlier writers of the region added
         self.index: dict[str, dict[str, int]] = {}
-        self.rows = {stored_key(*table.key(region, i)): table.row_at(region, i)
+        self.rows = {table.raw_key(region, i): table.row_at(region, i)
                      for i in range(self.w[self.used_at])}
 
     def record(self, msg: dict, queue: str, seconds: float, failed: bool) -> None:
@@ -145,14 +148,14 @@ class Recorder:
 
     def _row(self, klass: str, queue: str) -> int:
         raw = stored_key(klass, queue)
-        row = self.rows.get(raw)
+        row = self.rows.get(raw.rstrip(b"\0"))
         if row is None:
             used = self.w[self.used_at]
             if used >= self.table.capacity - 1:
                 return self.other  # not remembered: the index stays bounded too
             self.table._put_key(self.region, used, raw)
             self.w[self.used_at] = used + 1  # publishes the key written just before
-            row = self.rows[raw] = self.table.row_at(self.region, used)
+            row = self.rows[raw.rstrip(b"\0")] = self.table.row_at(self.region, used)
         self.index.setdefault(queue, {})[klass] = row
         return row
 
