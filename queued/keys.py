@@ -71,12 +71,21 @@ class Keys:
     def signals(self, identity: str) -> str:  # list of remote signals; heartbeat.py RPOPs
         return f"{self.ns}{identity}-signals"
 
-    # --- Sidekiq 7's per-class metrics (metricskeys.py has the layout) ----------------------
-    def metrics_minute(self, t: datetime) -> str:  # hash; server/metrics.py HINCRBYs
+    # --- Sidekiq's per-class metrics (metricskeys.py has both layouts); metricsflush.py writes
+    def metrics_minute(self, t: datetime | float) -> str:  # hash, Sidekiq 8
         return self.ns + metricskeys.minute_key(t)
 
-    def metrics_histogram(self, klass: str, t: datetime) -> str:  # BITFIELD; server/metrics.py
+    def metrics_rollup(self, t: datetime | float) -> str:  # hash of 10 minutes, Sidekiq 8
+        return self.ns + metricskeys.rollup_key(t)
+
+    def metrics_histogram(self, klass: str, t: datetime | float) -> str:  # BITFIELD, Sidekiq 8
         return self.ns + metricskeys.histogram_key(klass, t)
+
+    def metrics_minute_v7(self, t: datetime | float) -> str:  # hash, Sidekiq 7
+        return self.ns + metricskeys.minute_key_v7(t)
+
+    def metrics_histogram_v7(self, klass: str, t: datetime | float) -> str:  # Sidekiq 7
+        return self.ns + metricskeys.histogram_key_v7(klass, t)
 
     # --- queued's own keys ----------------------------------------------------------------
     def reserved(self, identity: str, slot: int) -> str:

@@ -1,22 +1,26 @@
-"""Sidekiq 7's per-class execution metrics in Redis: key names, fields, buckets, TTLs.
+"""Sidekiq's per-class execution metrics in Redis: key names, fields, buckets, TTLs.
 
-Shared by the daemon (queued/server/metrics.py writes them on each heartbeat) and the operator's
-side (the dashboard reads them), so it imports nothing of either. Facts from Sidekiq 7.0-7.3's
-``lib/sidekiq/metrics/{tracking,shared,query}.rb`` (the layout Sidekiq 7's Web UI Metrics tab
-reads); the code is ours:
+Shared by the daemon (queued/server/metricsflush.py writes them on each heartbeat) and the
+operator's side (the dashboard reads them), so it imports nothing of either. Facts from
+Sidekiq's ``lib/sidekiq/metrics/{tracking,shared,query}.rb``; the code is ours. Two layouts,
+both written by the daemon so the Web UI of either Sidekiq shows queued's jobs:
 
-- one hash per UTC minute, ``j|<%Y%m%d>|<%-H>:<%-M>`` (four-digit year, hour and minute NOT
-  zero-padded: ``j|20261123|9:5``), fields ``<Class>|p`` (jobs ended, failures included),
-  ``<Class>|f`` (failed), ``<Class>|ms`` (milliseconds of the successful ones only), HINCRBY,
-  TTL 8 hours;
-- one execution-time histogram per class and UTC minute, ``<Class>-<%d>-<%H>:<%-M>`` (day and
-  hour zero-padded, minute not: ``HardJob-23-09:5``; no prefix), a BITFIELD of 26 ``u16``
-  counters (``#i`` = bucket i), INCRBY with ``OVERFLOW SAT``, successful jobs only, TTL 8 hours.
+Sidekiq 8 (8.0 on, today's; what ``queuedctl web`` reads), all UTC:
+- a hash per minute ``j|<%y%m%d>|<%-H>:<%M>`` (``j|261123|9:05``: two-digit year, hour not
+  zero-padded, minute zero-padded), TTL 8 hours, and a 10-minute rollup named by the minute's
+  key without its last digit (``j|261123|9:0`` holds 09:00-09:09), TTL 3 days; fields
+  ``<Class>|p`` (jobs ended, failures included), ``<Class>|f`` (failed), ``<Class>|ms``
+  (milliseconds of the successful ones only), by HINCRBY;
+- a histogram per class and minute ``h|<Class>-<%-d>-<%-H>:<%-M>`` (``h|HardJob-23-9:5``):
+  a BITFIELD of 26 ``u16`` counters (``#i`` = bucket i), INCRBY with ``OVERFLOW SAT``,
+  successful jobs only, TTL 8 hours.
 
-Sidekiq 8 changed both (``j|%y%m%d|%-H:%M``, a 10-minute rollup ``j|%y%m%d|%-H:<tens>`` kept
-3 days, histograms ``h|<Class>-%-d-%-H:%-M``): Sidekiq 8's Web UI does not see these keys.
+Sidekiq 7 (7.0-7.3), the ``_v7`` names: the minute hash ``j|<%Y%m%d>|<%-H>:<%-M>``
+(``j|20261123|9:5``), no rollup, histograms ``<Class>-<%d>-<%H>:<%-M>`` (``HardJob-23-09:5``,
+no prefix); the same fields, buckets and 8-hour TTLs.
 
 Names here carry no namespace: ``queued.keys.Keys`` prefixes them like every other key.
+A time is a ``datetime`` (naive ones are taken as UTC) or seconds since the epoch.
 """
 from __future__ import annotations
 
@@ -47,25 +51,44 @@ FIELD_PROCESSED = "p"
 FIELD_FAILED = "f"
 FIELD_MS = "ms"
 
-#: Seconds the per-minute hashes and the histograms live (Sidekiq 7: 8 hours each).
+#: Seconds the per-minute hashes and the histograms live (8 hours in Sidekiq 7 and 8), and the
+#: 10-minute rollups (Sidekiq 8: 3 days).
 MINUTE_TTL = 8 * 60 * 60
 HISTOGRAM_TTL = 8 * 60 * 60
+ROLLUP_TTL = 3 * 24 * 60 * 60
 
 
-def _utc(t: datetime) -> datetime:
-    """An aware time in UTC; a naive one is taken to be UTC already (Sidekiq's metrics are
-    UTC only)."""
+def _utc(t: datetime | float) -> datetime:
+    if not isinstance(t, datetime):
+        return datetime.fromtimestamp(t, timezone.utc)
     return t.astimezone(timezone.utc) if t.tzinfo is not None else t
 
 
-def minute_key(t: datetime) -> str:
-    """The per-minute hash of ``t``'s UTC minute: ``j|20261123|9:5``."""
+def minute_key(t: datetime | float) -> str:
+    """Sidekiq 8's hash of ``t``'s UTC minute: ``j|261123|9:05``."""
+    t = _utc(t)
+    return f"j|{t:%y%m%d}|{t.hour}:{t.minute:02d}"
+
+
+def rollup_key(t: datetime | float) -> str:
+    """Sidekiq 8's 10-minute hash holding ``t``: ``j|261123|9:0`` (09:00-09:09)."""
+    return minute_key(t)[:-1]
+
+
+def histogram_key(klass: str, t: datetime | float) -> str:
+    """Sidekiq 8's histogram of ``klass`` in ``t``'s UTC minute: ``h|HardJob-23-9:5``."""
+    t = _utc(t)
+    return f"h|{klass}-{t.day}-{t.hour}:{t.minute}"
+
+
+def minute_key_v7(t: datetime | float) -> str:
+    """Sidekiq 7's hash of ``t``'s UTC minute: ``j|20261123|9:5``."""
     t = _utc(t)
     return f"j|{t:%Y%m%d}|{t.hour}:{t.minute}"
 
 
-def histogram_key(klass: str, t: datetime) -> str:
-    """The histogram of ``klass`` in ``t``'s UTC minute: ``HardJob-23-09:5``."""
+def histogram_key_v7(klass: str, t: datetime | float) -> str:
+    """Sidekiq 7's histogram of ``klass`` in ``t``'s UTC minute: ``HardJob-23-09:5``."""
     t = _utc(t)
     return f"{klass}-{t:%d}-{t:%H}:{t.minute}"
 

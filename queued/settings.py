@@ -117,7 +117,7 @@ class Config:
                                          "extra: pip install 'queued[metrics]'); off if unset.")
     record_metrics: bool = _s(True, boolean, "Count each job class's runs, failures and run "
                               "times (shared memory), written to Redis on each heartbeat in "
-                              "Sidekiq 7's metrics layout and served at metrics:.")
+                              "Sidekiq's metrics layouts and served at metrics:.")
 
     @property
     def queue_names(self) -> tuple[str, ...]:

@@ -1,12 +1,12 @@
 """queued/server/metrics.py (the shared-memory table) and metricsflush.py (its flush to Redis in
-Sidekiq 7's layout): exact counts, buckets, a full table, writers replaced, a real fork."""
+Sidekiq 8's and 7's layouts): exact counts, buckets, a full table, writers replaced, a real fork."""
 from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
 
 from queued.keys import Keys
-from queued.metricskeys import HISTOGRAM_TTL, MINUTE_TTL, histogram_fetch_args
+from queued.metricskeys import HISTOGRAM_TTL, MINUTE_TTL, ROLLUP_TTL, histogram_fetch_args
 from queued.server.metrics import OTHER, READ_TRIES, MetricsTable
 from queued.server.metricsflush import Flusher
 
@@ -127,7 +127,7 @@ def hash_of(r, key):
     return {k.decode(): int(v) for k, v in r.hgetall(key).items()}
 
 
-def test_a_flush_writes_sidekiq_7s_minute_hash_and_histograms_with_their_ttls(r):
+def test_a_flush_writes_sidekiq_8s_and_7s_hashes_and_histograms_with_their_ttls(r):
     table = MetricsTable(2)
     rec = table.recorder(0)
     for seconds in (0.010, 0.0105, 0.050):
@@ -135,14 +135,19 @@ def test_a_flush_writes_sidekiq_7s_minute_hash_and_histograms_with_their_ttls(r)
     rec.record({"class": "Hard"}, "low", 1.0, True)
     rec.record({"class": "Soft"}, "low", 0.0004, False)
     assert Flusher(r, Keys(), table).flush(NOW) == 2
-    # processed/failed per class (over its queues); ms of the successes only
-    assert hash_of(r, "j|20261123|9:5") == {"Hard|p": 4, "Hard|f": 1, "Hard|ms": 70,
-                                            "Soft|p": 1}
-    assert r.bitfield_ro("Hard-23-09:5", "u16", 0, [("u16", f"#{i}") for i in range(1, 26)]) \
-        == [2, 0, 0, 1] + [0] * 22
-    assert r.execute_command("BITFIELD_RO", "Soft-23-09:5", *histogram_fetch_args()) == \
+    # processed/failed per class (over its queues); ms of the successes only; in Sidekiq 8's
+    # minute and 10-minute hashes and in Sidekiq 7's minute hash alike
+    want = {"Hard|p": 4, "Hard|f": 1, "Hard|ms": 70, "Soft|p": 1}
+    for key in ("j|261123|9:05", "j|261123|9:0", "j|20261123|9:5"):
+        assert hash_of(r, key) == want
+    for key in ("h|Hard-23-9:5", "Hard-23-09:5"):  # Sidekiq 8's, Sidekiq 7's
+        assert r.bitfield_ro(key, "u16", 0, [("u16", f"#{i}") for i in range(1, 26)]) == \
+            [2, 0, 0, 1] + [0] * 22
+    assert r.execute_command("BITFIELD_RO", "h|Soft-23-9:5", *histogram_fetch_args()) == \
         [1] + [0] * 25
-    for key, ttl in (("j|20261123|9:5", MINUTE_TTL), ("Hard-23-09:5", HISTOGRAM_TTL)):
+    for key, ttl in (("j|261123|9:05", MINUTE_TTL), ("j|261123|9:0", ROLLUP_TTL),
+                     ("j|20261123|9:5", MINUTE_TTL), ("h|Hard-23-9:5", HISTOGRAM_TTL),
+                     ("Hard-23-09:5", HISTOGRAM_TTL)):
         assert ttl - 5 < r.ttl(key) <= ttl
 
 
@@ -157,11 +162,14 @@ def test_later_flushes_write_only_the_difference_in_their_own_minute_under_the_n
     rec.record({"class": "A"}, "q", 0.0006, False)
     rec.record({"class": "A"}, "q", 0.0, True)
     assert flusher.flush(NOW + 60) == 1
-    assert hash_of(r, "ns:j|20261123|9:5") == {"A|p": 1}
-    assert hash_of(r, "ns:j|20261123|9:6") == {"A|p": 2, "A|f": 1, "A|ms": 1}
-    assert r.execute_command("BITFIELD_RO", "ns:A-23-09:6", "GET", "u16", "#0") == [1]
-    assert set(r.keys("*")) == {b"ns:j|20261123|9:5", b"ns:j|20261123|9:6",
-                                b"ns:A-23-09:5", b"ns:A-23-09:6"}
+    assert hash_of(r, "ns:j|261123|9:05") == {"A|p": 1}
+    assert hash_of(r, "ns:j|261123|9:06") == {"A|p": 2, "A|f": 1, "A|ms": 1}
+    assert hash_of(r, "ns:j|261123|9:0") == {"A|p": 3, "A|f": 1, "A|ms": 1}
+    assert r.execute_command("BITFIELD_RO", "ns:h|A-23-9:6", "GET", "u16", "#0") == [1]
+    assert set(r.keys("*")) == {
+        b"ns:j|261123|9:05", b"ns:j|261123|9:06", b"ns:j|261123|9:0", b"ns:h|A-23-9:5",
+        b"ns:h|A-23-9:6", b"ns:j|20261123|9:5", b"ns:j|20261123|9:6", b"ns:A-23-09:5",
+        b"ns:A-23-09:6"}
 
 
 def test_a_histogram_bucket_saturates_at_65535_as_sidekiqs_overflow_sat(r):
@@ -170,8 +178,8 @@ def test_a_histogram_bucket_saturates_at_65535_as_sidekiqs_overflow_sat(r):
     for _ in range(70000):
         rec.record({"class": "Many"}, "q", 0.0, False)
     Flusher(r, Keys(), table).flush(NOW)
-    assert r.execute_command("BITFIELD_RO", "Many-23-09:5", "GET", "u16", "#0") == [65535]
-    assert hash_of(r, "j|20261123|9:5")["Many|p"] == 70000
+    assert r.execute_command("BITFIELD_RO", "h|Many-23-9:5", "GET", "u16", "#0") == [65535]
+    assert hash_of(r, "j|261123|9:05")["Many|p"] == 70000
 
 
 # --- the settings ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Per-class job metrics in memory shared by the master and its workers, as Sidekiq 7 keeps them.
+"""Per-class job metrics in memory shared by the master and its workers, as Sidekiq keeps them.
 
 For each (job class, queue) a worker counts the jobs that ended, the failed ones, the run time
 of the successful ones (microseconds) and a histogram of those times in Sidekiq's 26 buckets

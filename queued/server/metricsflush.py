@@ -1,16 +1,17 @@
-"""The master's flush of per-class metrics to Redis, in Sidekiq 7's layout (metricskeys.py).
+"""The master's flush of per-class metrics to Redis, in Sidekiq's layouts (metricskeys.py).
 
 On each heartbeat, and once more at exit (as Sidekiq flushes on its beat and at exit), the
 master reads the totals its workers keep in shared memory (metrics.py), takes the difference
 from what it wrote last time and, for each job class (summed over queues, as Sidekiq keys
 them), in one MULTI:
 - ``HINCRBY`` of ``<Class>|p``, ``<Class>|f`` and ``<Class>|ms`` in the current UTC minute's
-  hash, which gets an 8-hour TTL;
-- ``BITFIELD <Class>-<d>-<H>:<M> OVERFLOW SAT INCRBY u16 #i n`` for each bucket that moved,
-  and the same TTL.
-So Sidekiq 7's Web UI Metrics tab and queued's dashboard show every host's jobs. A flush that
-fails (Redis away) changes nothing here: its counts go out with the next one (MULTI: all or
-nothing). Only this module writes these keys.
+  hash (8-hour TTL) and 10-minute hash (3 days) of Sidekiq 8, and in Sidekiq 7's minute hash
+  (8 hours);
+- ``BITFIELD ... OVERFLOW SAT INCRBY u16 #i n`` for each bucket that moved, in Sidekiq 8's and
+  Sidekiq 7's histogram of the minute (8 hours).
+So the Metrics tab of Sidekiq 8's and of Sidekiq 7's Web UI, and queued's dashboard, show every
+host's jobs. A flush that fails (Redis away) changes nothing here: its counts go out with the
+next one (MULTI: all or nothing). Only this module writes these keys.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import redis
 
 from ..keys import Keys
 from ..metricskeys import (BUCKET_TYPE, FIELD_FAILED, FIELD_MS, FIELD_PROCESSED,
-                           HISTOGRAM_TTL, MINUTE_TTL, field)
+                           HISTOGRAM_TTL, MINUTE_TTL, ROLLUP_TTL, field)
 from .metrics import BUCKET0, FAILED, MICROS, PROCESSED, MetricsTable
 
 
@@ -52,23 +53,28 @@ class Flusher:
         changes = self.deltas(totals)
         if changes:
             t = datetime.fromtimestamp(now, timezone.utc)
+            k = self.keys
+            hashes = ((k.metrics_minute(t), MINUTE_TTL), (k.metrics_rollup(t), ROLLUP_TTL),
+                      (k.metrics_minute_v7(t), MINUTE_TTL))
             pipe = self.r.pipeline(transaction=True)
-            minute = self.keys.metrics_minute(t)
             for klass, d in changes.items():
-                self._class(pipe, minute, klass, d, t)
-            pipe.expire(minute, MINUTE_TTL)
+                self._class(pipe, [h for h, _ in hashes], klass, d, t)
+            for name, ttl in hashes:
+                pipe.expire(name, ttl)
             pipe.execute()
         self.sent = totals
         return len(changes)
 
-    def _class(self, pipe, minute: str, klass: str, d: list[int], t: datetime) -> None:
+    def _class(self, pipe, hashes: list[str], klass: str, d: list[int], t: datetime) -> None:
         for what, n in ((FIELD_PROCESSED, d[PROCESSED]), (FIELD_FAILED, d[FAILED]),
                         (FIELD_MS, d[MICROS])):
             if n:
-                pipe.hincrby(minute, field(klass, what), n)
+                for name in hashes:
+                    pipe.hincrby(name, field(klass, what), n)
         incr = [word for i, n in enumerate(d[BUCKET0:]) if n
                 for word in ("INCRBY", BUCKET_TYPE, f"#{i}", n)]
         if incr:
-            gram = self.keys.metrics_histogram(klass, t)
-            pipe.execute_command("BITFIELD", gram, "OVERFLOW", "SAT", *incr)
-            pipe.expire(gram, HISTOGRAM_TTL)
+            for gram in (self.keys.metrics_histogram(klass, t),
+                         self.keys.metrics_histogram_v7(klass, t)):
+                pipe.execute_command("BITFIELD", gram, "OVERFLOW", "SAT", *incr)
+                pipe.expire(gram, HISTOGRAM_TTL)

@@ -1,5 +1,5 @@
 """Per-class metrics of a real daemon: Prometheus at ``metrics: HOST:PORT`` (parsed with the
-client library's parser) and Sidekiq 7's per-minute Redis keys, exact after workers die."""
+client library's parser) and Sidekiq's per-minute Redis keys, exact after workers die."""
 from __future__ import annotations
 
 import os
@@ -17,7 +17,7 @@ import metricsjobs
 from conftest import free_port
 from harness import counts, wait_for
 from queued.errors import EXIT_CONFIG_ERROR
-from queued.metricskeys import BUCKETS
+from queued.metricskeys import BUCKETS, histogram_fetch_args
 
 REQUIRE = ("jobs.py", "metricsjobs.py")
 
@@ -41,18 +41,28 @@ def jobs_of(m: dict, name: str) -> dict:
 
 
 def redis_metrics(r) -> tuple[dict, dict]:
-    """Sidekiq 7's keys summed over every minute written: ({field: n}, {class: [26 buckets]})."""
-    fields: dict = {}
-    for key in r.scan_iter("j|*"):
-        for f, v in r.hgetall(key).items():
-            fields[f.decode()] = fields.get(f.decode(), 0) + int(v)
-    grams: dict = {}
-    for klass in ("MetricsOk", "MetricsBad", "Gate", "Crash"):
-        for key in r.scan_iter(f"{klass}-*"):
-            got = r.execute_command("BITFIELD_RO", key,
-                                    *[w for i in range(26) for w in ("GET", "u16", f"#{i}")])
-            grams[klass] = [a + b for a, b in zip(grams.get(klass, [0] * 26), got)]
-    return fields, grams
+    """Sidekiq 8's minute hashes and histograms summed over every minute written:
+    ({field: n}, {class: [26 buckets]}), when Sidekiq 7's are the same (else empty)."""
+    def hashes(pattern: str) -> dict:
+        fields: dict = {}
+        for key in r.scan_iter(pattern):
+            for f, v in r.hgetall(key).items():
+                fields[f.decode()] = fields.get(f.decode(), 0) + int(v)
+        return fields
+
+    def grams(prefix: str) -> dict:
+        out: dict = {}
+        for klass in ("MetricsOk", "MetricsBad", "Gate", "Crash"):
+            for key in r.scan_iter(f"{prefix}{klass}-*"):
+                got = r.execute_command("BITFIELD_RO", key, *histogram_fetch_args())
+                out[klass] = [a + b for a, b in zip(out.get(klass, [0] * 26), got)]
+        return out
+
+    # Sidekiq 8's, then Sidekiq 7's: one MULTI writes both, but a flush may land between the
+    # two reads; then they differ and the caller's wait_for reads again
+    sidekiq8 = hashes("j|" + "[0-9]" * 6 + "|*:[0-9][0-9]"), grams("h|")
+    sidekiq7 = hashes("j|" + "[0-9]" * 8 + "|*"), grams("")
+    return sidekiq8 if sidekiq8 == sidekiq7 else ({}, {})
 
 
 def push(producer_cls, n, queue="default", *args):
@@ -89,7 +99,7 @@ def test_prometheus_and_redis_metrics_count_exactly_what_ran(daemon, producer, r
     assert m["queued_workers"][()] == 2 and m["queued_busy_workers"][()] == 0
     rss = m["queued_rss_bytes"]
     assert set(rss) == {("master",), ("w0",), ("w1",)} and all(v > 1e6 for v in rss.values())
-    # And the heartbeat wrote Sidekiq 7's per-minute hash and histograms: the same counts
+    # And the heartbeat wrote Sidekiq's per-minute hashes and histograms: the same counts
     want = {"MetricsOk|p": 8, "MetricsBad|p": 3, "MetricsBad|f": 3}
     fields, grams = wait_for(lambda: (lambda f: {k: v for k, v in f[0].items()
                                                  if not k.endswith("|ms")} == want and f)(
@@ -142,8 +152,8 @@ def test_counts_survive_workers_killed_between_jobs_and_under_a_job(daemon, prod
              what="every run counted")
     assert jobs_of(scrape(port), "queued_jobs_failed_total") == {
         ("MetricsOk", "default"): 0, ("Crash", "default"): 0}
-    wait_for(lambda: redis_metrics(r)[0].get("MetricsOk|p") == 9 and
-             sum(redis_metrics(r)[1]["MetricsOk"]) == 9, what="Redis counts")
+    wait_for(lambda: (lambda f, g: f.get("MetricsOk|p") == 9 and sum(g["MetricsOk"]) == 9)(
+        *redis_metrics(r)), what="Redis counts")
 
 
 def test_a_job_the_master_fails_after_its_worker_died_is_counted_failed(daemon, producer, r):
