@@ -58,8 +58,32 @@ class Tick(queued.Job):
             Tick.perform_at(due, n + 1)
 
 
+class RegisterProduct(queued.Job):
+    """One product of a promotion (seed 000): a task of 30 of them; a few are refused
+    (queued.JobFailed: a business failure, not retried), each says what it did."""
+
+    def perform(self, sku, price):
+        self.say(f"checking {sku} at {price:.2f}")
+        time.sleep(random.uniform(0.2, 0.8))  # slow enough to watch the bar fill
+        if price < 5:
+            raise queued.JobFailed(f"{sku}: price {price:.2f} is below cost")
+        self.say(f"{sku} registered")
+
+
+class PromotionDone(queued.Job):
+    """The task's on_complete callback: runs once, when every product has its fate."""
+
+    def perform(self, task_id, summary):
+        log.info("promotion task %s complete: %d registered, %d refused, %d errors",
+                 task_id, summary["finished"], summary["failed"], summary["error"])
+
+
 @queued.on("startup")
 def enqueue_examples():
+    task = queued.Task("promotion 42: register 30 products", on_complete=PromotionDone)
+    with task:
+        RegisterProduct.perform_bulk([[f"SKU-{i:03}", 2.0 + i * 1.7] for i in range(30)])
+    log.info("a task of 30 jobs: queuedctl -C etc/demo.yml task %s --watch", task.id)
     for name in ("Ada", "Grace", "Linus", "Barbara"):
         Greet.perform_async(name)
     Urgent.perform_async("runs first: critical has twice default's weight")

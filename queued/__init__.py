@@ -19,10 +19,11 @@ from .events import error_handlers, on  # noqa: E402
 from .job import Job, job, registry  # noqa: E402
 from .middleware import client_middleware, server_middleware  # noqa: E402
 from .ops import bury, release, say, touch  # noqa: E402
+from .periodic import periodic  # noqa: E402
 from .task import Task  # noqa: E402
 
 __all__ = ["Job", "job", "registry", "Client", "configure", "default_client", "get_redis",
            "strict_args", "client_middleware", "server_middleware", "on", "error_handlers",
            "JobArgumentsError", "JobFailed", "JobTimeout", "QueuedError", "release", "touch", "bury",
-           "say", "Task",
+           "say", "Task", "periodic",
            "__version__"]

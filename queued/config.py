@@ -145,6 +145,7 @@ def _build(data: Any, source: str, cli: dict[str, Any], environ: Mapping[str, st
     if values.get("serve_no_jobs"):
         values["concurrency"] = 0  # no workers: nothing here could run a job
     _check_lease(values, source)
+    _check_schedule(values, source)
     spec = values.pop("queues", ()) or (("default", None),)
     # Sidekiq's parse_queue: strict unless some queue has an explicit weight > 0.
     strict = not any(weight for _, weight in spec)
@@ -163,6 +164,13 @@ def _check_lease(values: dict[str, Any], source: str) -> None:
         raise error(f"{source}: heartbeat_interval ({beat:g}s) must be at most half of "
                     f"lease_timeout ({lease:g}s): each beat renews the lease, and a lease that "
                     f"lapses between beats lets other masters take back running jobs")
+
+
+def _check_schedule(values: dict[str, Any], source: str) -> None:
+    # Both forms at once: which one sidekiq-scheduler reads depends on its version; say so.
+    if values.get("schedule") and values.get("scheduler") and values["scheduler"].schedule:
+        raise error(f"{source}: schedule: give the periodic jobs once, under scheduler.schedule "
+                    "(the top-level schedule: is the older form of the same thing)")
 
 
 def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:

@@ -51,19 +51,6 @@ def _unknown(source: str, where: str, key: str) -> ConfigError:
     return error(f"{source}: unknown key '{where}{key}'{hint}")
 
 
-# Blocks of other gems that queued does not do yet. The file may not have them: a schedule
-# dropped without a word while the log says the scheduler runs is the worst kind of silence.
-# (Periodic jobs, when they come, replace this with settings of their own.)
-NOT_YET = {
-    name: "periodic jobs (sidekiq-scheduler / sidekiq-cron) are not supported yet; remove the "
-          "block, or run those jobs with something else for now"
-    for name in ("schedule", "scheduler")}
-
-
-def _not_yet(source: str, where: str, key: str) -> ConfigError:
-    return error(f"{source}: {where}{key}: {NOT_YET[key]}")
-
-
 def _normalized(mapping: Mapping, source: str, where: str) -> dict[str, tuple[str, Any]]:
     """{setting or section name: (key as written, value)}, refusing a key given twice."""
     out: dict[str, tuple[str, Any]] = {}
@@ -85,8 +72,6 @@ def _file_level(mapping: Mapping, source: str, where: str = "",
     values: dict[str, Any] = {}
     for name, (key, value) in _normalized(mapping, source, where).items():
         setting = SETTINGS.get(name)
-        if name in NOT_YET:
-            raise _not_yet(source, where, key)
         if setting is None and sections is not None and isinstance(value, Mapping):
             sections[name] = value
         elif setting is None:
@@ -104,7 +89,7 @@ def _names_a_setting(key: Any) -> bool:
     if not isinstance(key, str):
         return False
     name = key[1:] if key.startswith(":") else key
-    return (ALIASES.get(name, name) in SETTINGS or name in NOT_YET
+    return (ALIASES.get(name, name) in SETTINGS
             or bool(difflib.get_close_matches(name, _file_names(), n=1)))
 
 
@@ -123,7 +108,7 @@ def _sections(found: dict[str, Mapping], source: str,
         if (mapping and name != environment and name not in USUAL_ENVIRONMENTS
                 and not any(map(_names_a_setting, mapping))):
             # The only keys whose value is a mapping: a near miss of one is a typo.
-            close = difflib.get_close_matches(name, ["redis", *NOT_YET], n=1)
+            close = difflib.get_close_matches(name, ["redis", "scheduler", "schedule"], n=1)
             why = (f"did you mean '{close[0]}'?" if close else "a mapping, but not an environment "
                    f"section: '{_key(next(iter(mapping)), source, '')}' is not a setting")
             raise error(f"{source}: unknown key '{name}' ({why})")

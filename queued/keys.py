@@ -116,6 +116,29 @@ class Keys:
     def scheduler_leader(self) -> str:  # string identity, PX TTL; scheduler.py
         return self.ns + "queued:scheduler-leader"
 
+    # --- periodic jobs: sidekiq-cron 1.x's layout (the one beside Sidekiq 6.4), so its Web UI
+    # tab shows queued's schedules; not under queued: for that reason -----------------------
+    @property
+    def cron_jobs(self) -> str:  # set of "cron_job:<name>" (not namespaced); server/periodic.py
+        return self.ns + "cron_jobs"
+
+    @staticmethod
+    def cron_member(name: str) -> str:
+        """A member of cron_jobs: sidekiq-cron stores the hash's un-namespaced key."""
+        return f"cron_job:{name}"
+
+    def cron_job(self, name: str) -> str:
+        """hash of one schedule (name, klass, cron, message, status, last_enqueue_time, ...):
+        server/periodic.py writes the definition, queued/lua/cron_enqueue.lua the times,
+        admin/cron.py the status."""
+        return f"{self.ns}cron_job:{name}"
+
+    def cron_enqueued(self, name: str) -> str:  # zset tick ISO -> epoch; cron_enqueue.lua
+        return f"{self.ns}cron_job:{name}:enqueued"
+
+    def cron_history(self, name: str) -> str:  # list of {jid, enqueued}; cron_enqueue.lua
+        return f"{self.ns}cron_job:{name}:jid_history"
+
     # --- tasks (task.py creates them; queued/lua/task.lua moves their jobs) --------------------
     def task(self, task_id: str) -> str:
         """hash: description, created_at, sealed, callbacks, TTLs, completed_at, succeeded_at."""

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from .periodic import Schedule, SchedulerOptions, parse_schedule, parse_scheduler
 from .redisopts import DEFAULT_REDIS_URL, RedisOptions, redis_options
 from .values import (Invalid, boolean, error, host_port, integer, optional_seconds, path, queues,
                      redis_url, seconds, strings, text, word)
@@ -112,6 +113,12 @@ class Config:
                              "to the working directory).")
     logfile: str | None = _s(None, path, "Log here instead of stderr (Sidekiq 5 key; relative "
                              "to the working directory).")
+    scheduler: SchedulerOptions | None = _s(
+        None, parse_scheduler, "Periodic jobs in sidekiq-scheduler's dialect: schedule: (name -> "
+        "cron: or every:, class, queue, args, description, enabled, catch_up), enabled, "
+        "listened_queues_only. See docs/periodic.md.")
+    schedule: tuple[Schedule, ...] = _s((), parse_schedule, "The older top-level form of "
+                                        "scheduler.schedule (sidekiq-scheduler 2-4); not both.")
     metrics: tuple[str, int] | None = _s(None, host_port, "HOST:PORT where the master serves "
                                          "Prometheus metrics at /metrics (needs the metrics "
                                          "extra: pip install 'queued[metrics]'); off if unset.")
@@ -127,6 +134,11 @@ class Config:
     def weighted_queues(self) -> tuple[str, ...]:
         """Sidekiq's expansion: each name repeated max(weight, 1) times, for random choice."""
         return tuple(name for name, weight in self.queues for _ in range(max(weight, 1)))
+
+    @property
+    def schedules(self) -> tuple[Schedule, ...]:
+        """The file's periodic jobs, from whichever of the two forms it uses."""
+        return self.scheduler.schedule if self.scheduler else self.schedule
 
     @property
     def log_level(self) -> str:

@@ -112,14 +112,28 @@ class Task:
             raise
         self._write(self._close(), seal=False)
 
-    def seal(self) -> None:
-        """Every job is in: the task completes once they all are final (at once if they
-        are). Sealing twice does nothing more."""
+    def create(self) -> "Task":
+        """Store the task now, open (not sealed), with no job yet: jobs join it later, from
+        Python in ``batch()`` blocks, from other languages with the payload field ``task_id``
+        (docs/tasks.md); ``seal()`` when every job is in."""
         if not self._stored:
-            self._write(_Buffer(self.id), seal=True)
-            return
+            self._write(_Buffer(self.id), seal=False)
+        return self
+
+    def seal(self, total: int | None = None) -> None:
+        """Every job is in: the task completes once they all are final (at once if they
+        are). ``total``: the number of jobs the task will have, when some were pushed by
+        another language's producer with only the ``task_id`` field (such a job is counted
+        from its start; the task does not complete before it has ``total``). Sealing twice
+        does nothing more (a later ``total`` replaces the earlier)."""
+        if total is not None and (isinstance(total, bool) or not isinstance(total, int)
+                                  or total < 0):
+            raise ValueError(f"total must be a whole number >= 0, not {total!r}")
+        if not self._stored:
+            self._write(_Buffer(self.id), seal=False)
         ks = self.keys.task_keys(self.id)
-        if not TASK_SEAL(self.client.redis, [*ks, self.keys.queues], [self.id, self.keys.ns]):
+        if not TASK_SEAL(self.client.redis, [*ks, self.keys.queues],
+                         [self.id, self.keys.ns, "" if total is None else str(total)]):
             raise LookupError(f"task {self.id} does not exist (expired or deleted)")
         self._seals = False
 
@@ -181,13 +195,15 @@ class Task:
                 "sealed": sealed == b"1"}
 
     def info(self) -> dict:
-        """The task itself: id, description, created_at, sealed, completed_at, succeeded_at."""
+        """The task itself: id, description, created_at, sealed, completed_at, succeeded_at,
+        expected (the total announced by ``seal(total)``, else None)."""
         meta = {k.decode(): v.decode() for k, v in
                 self.client.redis.hgetall(self.keys.task(self.id)).items()}
         return {"id": self.id, "description": meta.get("description", ""),
                 "created_at": _time(meta.get("created_at")), "sealed": meta.get("sealed") == "1",
                 "completed_at": _time(meta.get("completed_at")),
                 "succeeded_at": _time(meta.get("succeeded_at")),
+                "expected": int(meta["expected"]) if meta.get("expected") else None,
                 "exists": bool(meta)}
 
     def jobs(self, status: str | None = None, *, count: int = 500) -> Iterator[dict]:
@@ -256,6 +272,16 @@ def recent(client: _client.Client | None = None, limit: int = 50) -> list[Task]:
     ids = [i.decode() for i in client.redis.zrevrange(client.keys.tasks, 0, max(limit, 1) - 1)]
     found = [Task.find(i, client) for i in ids]
     return [t for t in found if t is not None]
+
+
+def state_word(info: dict, progress: dict) -> str:
+    """A task's state as people read it: succeeded, complete with failures, running (sealed,
+    not complete) or open (not sealed)."""
+    if progress["success"]:
+        return "succeeded"
+    if progress["complete"]:
+        return "complete, with failures"
+    return "running" if info["sealed"] else "open (not sealed)"
 
 
 class _Buffer:

@@ -118,6 +118,19 @@ def daemon(redis_url, tmp_path, r):
     yield start
     for d in started:
         d.cleanup()
+    if started:
+        # and Redis has dropped their blocked fetches (it notices a closed socket on its next
+        # turn; until then a push could still be handed to one of them)
+        from harness import wait_for
+        def blocked_workers():
+            try:
+                clients = r.client_list()
+            except redis_lib.RedisError:  # (a test that stopped this Redis: nothing to wait for)
+                return []
+            return [c for c in clients
+                    if c["name"].startswith("queued-worker-") and "b" in c["flags"]]
+        wait_for(lambda: not blocked_workers(), 10,
+                 what="Redis to drop the killed workers' blocked fetches")
 
 
 @pytest.fixture

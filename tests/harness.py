@@ -105,6 +105,14 @@ class Monitor:
         self.r.close()
 
 
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a zombie's sockets are closed)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def title(pid: int) -> str:
     """A process's title as ps shows it (setproctitle rewrites /proc/<pid>/cmdline)."""
     try:
@@ -232,11 +240,16 @@ class Daemon:
 
     def cleanup(self) -> None:
         if self.proc and self.proc.poll() is None:
-            for pid in [self.pid] + self.worker_pids():
+            pids = [self.pid] + self.worker_pids()
+            for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             self.proc.wait(10)
+            # A killed worker may still be blocked in BLMOVE until it is gone: the next test's
+            # first push would land in its landing list, where no master will look.
+            wait_for(lambda: not any(alive(pid) for pid in pids[1:]), 10,
+                     what="the killed workers to be gone")
         if getattr(self, "log", None) is not None:
             self.log.close()

@@ -586,19 +586,99 @@ def test_a_mapping_that_is_not_a_section_is_an_error_naming_its_key(write, text,
     assert error_of("-C", path) == f"{path}: {message}"
 
 
-@pytest.mark.parametrize("text, key", [
-    (":schedule:\n  nightly:\n    cron: '0 3 * * *'\n    class: Nightly\n", "schedule"),
-    (":scheduler:\n  :schedule:\n    nightly: {every: 1h, class: Nightly}\n", "scheduler"),
-    ("schedule: {}\n", "schedule"),
-    ("production:\n  :schedule:\n    nightly: {cron: '0 3 * * *', class: Nightly}\n",
-     "production.schedule"),
+# --- periodic jobs: sidekiq-scheduler's block
+
+#: The sidekiq.yml of a Rails app using sidekiq-scheduler, as it is (only its Redis host is ours).
+RAILS_SIDEKIQ_YML = """\
+---
+:verbose: false
+:concurrency: 10
+:timeout: 25
+:queues:
+  - critical
+  - default
+  - mailers
+  - low
+production:
+  :concurrency: 20
+:scheduler:
+  :schedule:
+    refresh_exchange_rates:
+      cron: '0 */15 * * * *'   # every 15 minutes, on the second 0
+      class: ExchangeRates::RefreshJob
+      queue: critical
+      description: "Pull the ECB rates"
+    daily_digest:
+      cron: '0 0 7 * * * Europe/Berlin'
+      class: DigestMailerJob
+      queue: mailers
+      args: ['daily', {with_stats: true}]
+      description: "Morning digest, Berlin time"
+    purge_sessions:
+      every: '1h'
+      class: PurgeSessionsJob
+      queue: low
+    heartbeat:
+      every: 30s
+      class: HeartbeatJob
+      queue: low
+      args: ping
+    weekly_report:
+      cron: '30 6 * * 1 America/New_York'
+      class: Reports::WeeklyJob
+      queue: low
+      enabled: false
+      description: "Monday report (off until finance signs off)"
+"""
+
+
+def test_a_rails_apps_sidekiq_scheduler_block_is_taken_as_it_is(write):
+    cfg = load("-C", write(RAILS_SIDEKIQ_YML), "-e", "production")
+    by_name = {s.name: s for s in cfg.schedules}
+    assert list(by_name) == ["refresh_exchange_rates", "daily_digest", "purge_sessions",
+                             "heartbeat", "weekly_report"]
+    digest = by_name["daily_digest"]
+    assert (digest.klass, digest.queue, digest.args, digest.timing.zone, digest.timing.expr) == (
+        "DigestMailerJob", "mailers", ("daily", {"with_stats": True}), "Europe/Berlin",
+        "0 0 7 * * *")
+    assert by_name["heartbeat"].args == ("ping",) and by_name["heartbeat"].timing.seconds == 30
+    assert by_name["purge_sessions"].timing.seconds == 3600
+    assert by_name["weekly_report"].enabled is False
+    assert by_name["refresh_exchange_rates"].description == "Pull the ECB rates"
+    # 7:00 in Berlin is 5:00 UTC in summer
+    assert digest.timing.next_after(1719792000.0) == 1719810000.0  # 2024-07-01 00:00 -> 05:00 UTC
+
+
+def test_the_older_top_level_schedule_form_is_read_too(write):
+    cfg = load("-C", write(":schedule:\n  nightly:\n    cron: '0 3 * * *'\n    class: Nightly\n"))
+    assert [(s.name, s.klass, s.timing.text) for s in cfg.schedules] == [
+        ("nightly", "Nightly", "0 3 * * *")]
+
+
+@pytest.mark.parametrize("text, message", [
+    (":scheduler:\n  :schedule:\n    a: {cron: '0 3 * * *', class: A, queu: low}\n",
+     "unknown key 'scheduler.schedule.a.queu' (did you mean 'scheduler.schedule.a.queue'?)"),
+    (":scheduler:\n  :schedule:\n    a: {cron: '0 3 * *', class: A}\n",
+     "scheduler.schedule.a.cron: not a valid cron expression: '0 3 * *'"),
+    (":scheduler:\n  :schedule:\n    a: {cron: '0 3 * * * Europe/Berln', class: A}\n",
+     "scheduler.schedule.a.cron: unknown time zone 'Europe/Berln' in '0 3 * * * Europe/Berln'"),
+    (":scheduler:\n  :schedule:\n    a: {every: 5 minutes, class: A}\n",
+     "scheduler.schedule.a.every: expected an interval such as '30s'"),
+    (":scheduler:\n  :schedule:\n    a: {class: A}\n",
+     "scheduler.schedule.a: give one of cron: or every:"),
+    (":scheduler:\n  :schedule:\n    a: {in: 1h, class: A}\n",
+     "scheduler.schedule.a.in: not supported: one-off schedules"),
+    (":scheduler:\n  :dynamic: true\n", "scheduler.dynamic: not supported"),
+    (":scheduler:\n  :schedule:\n    a: {every: 1d, class: A, args: [2024-01-01]}\n",
+     "scheduler.schedule.a.args: must be plain JSON"),
+    ("production:\n  :schedule:\n    a: {cron: '0 3 * * *', clas: A}\n",
+     "unknown key 'production.schedule.a.clas' (did you mean 'production.schedule.a.class'?)"),
+    (":schedule:\n  a: {cron: '0 3 * * *'}\n:scheduler:\n  :schedule:\n    b: {every: 1h}\n",
+     "schedule: give the periodic jobs once, under scheduler.schedule"),
 ])
-def test_a_periodic_jobs_block_is_an_error_naming_key_and_file(write, text, key):
-    # sidekiq-scheduler / sidekiq-cron blocks: dropped while the log said the scheduler runs
+def test_a_bad_schedule_is_an_error_naming_key_and_file(write, text, message):
     path = write(text)
-    assert error_of("-C", path) == (
-        f"{path}: {key}: periodic jobs (sidekiq-scheduler / sidekiq-cron) are not supported "
-        "yet; remove the block, or run those jobs with something else for now")
+    assert error_of("-C", path, "-e", "production").startswith(f"{path}: {message}")
 
 
 # --- Sidekiq's :redis: mapping

@@ -28,3 +28,19 @@ def test_every_lua_script_is_package_data():
             if not any(fnmatch.fnmatch(inside, p) for p in shipped.get(package, ())):
                 missing.append(f"{package}: {inside}")
     assert missing == []
+
+
+def test_the_dashboards_templates_and_static_files_are_package_data():
+    """The dashboard renders from queued/admin/web/templates and serves static/: a wheel
+    without them imports but answers every page with an error."""
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    patterns = cfg["options.package_data"]["queued.admin.web"].split()
+    web = os.path.join(ROOT, "queued", "admin", "web")
+    missing = []
+    for sub in ("templates", "static"):
+        names = os.listdir(os.path.join(web, sub))
+        assert names, f"{sub}/ is empty"
+        missing += [f"{sub}/{n}" for n in names
+                    if not any(fnmatch.fnmatch(f"{sub}/{n}", p) for p in patterns)]
+    assert missing == []

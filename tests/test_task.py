@@ -292,6 +292,32 @@ def test_a_job_a_foreign_producer_pushed_joins_its_task_when_it_starts(producer,
     assert task.job("f" * 24)["class"] == "Billing::Import"
 
 
+
+def test_a_task_sealed_with_a_total_waits_for_the_foreign_jobs_not_yet_started(producer, r):
+    # Given an open task made empty, and two jobs another language pushed with only task_id
+    task = Task(on_complete=WhenDone).create()
+    assert task.progress() == {"total": 0, "enqueued": 0, "working": 0, "finished": 0,
+                               "failed": 0, "error": 0, "retrying": 0, "complete": False,
+                               "success": False, "sealed": False}
+    # When its producer seals it announcing 2 jobs, and the first one runs to its end
+    task.seal(total=2)
+    assert task.info()["expected"] == 2
+    move(r, task, "a" * 24, "working")
+    move(r, task, "a" * 24, "finished")
+    # Then it is not complete while the second has not started (it is counted from its start)
+    assert task.progress()["complete"] is False and callbacks(r) == []
+    move(r, task, "b" * 24, "working")
+    assert task.progress()["complete"] is False
+    move(r, task, "b" * 24, "failed", tracking.error_json("JobFailed", "no", final=True))
+    # And complete, once, when it ends
+    assert task.progress()["total"] == 2 and task.progress()["complete"] is True
+    assert len(callbacks(r)) == 1
+
+
+def test_a_bad_total_is_refused(producer):
+    with pytest.raises(ValueError, match="total must be a whole number"):
+        Task().seal(total=-1)
+
 # --- memory ------------------------------------------------------------------------------------
 
 def test_every_key_of_a_task_has_a_ttl_from_the_moment_it_exists(producer, r):

@@ -1,6 +1,6 @@
 """``queuedctl``: the operator's command, over ``queued.api``. The command line and where Redis
 is are here; the commands are in ctlcmds.py (numbers, queues), ctljobs.py (jobs) and
-ctlprocs.py (processes, ping), how they show things in ctlout.py.
+ctltasks.py (tasks), ctlprocs.py (processes, ping), how they show things in ctlout.py.
 
 Exit status (DESIGN.md's contract): 0 done; 1 the thing asked about is unhealthy or absent (a
 jid not found, no such process, ping failed); 2 usage or config error (argparse's own, a bad
@@ -27,18 +27,19 @@ from .. import __version__, config as config_mod
 from ..errors import ConfigError
 from ..redisopts import DEFAULT_REDIS_URL, mask_url
 from ..settings import DEFAULT_CONFIG_FILE
-from . import ctlcmds, ctljobs, ctlprocs
+from . import cron, ctlcmds, ctljobs, ctlprocs, ctltasks, ctlweb
 from .ctlout import INSTALL_HINT, NeedRich, require_rich
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 #: In the order of --help.
-COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctlprocs.COMMANDS]
+COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctltasks.COMMANDS, *ctlprocs.COMMANDS,
+            *cron.COMMANDS, *ctlweb.COMMANDS]
 
 DESCRIPTION = """\
 Look after the jobs and processes of queued (and Sidekiq) on one Redis: stats, queues,
-the scheduled/retry/dead sets, running processes; retry, delete or kill jobs in bulk; pause
-queues; quiet, stop or dump processes; a health probe."""
+the scheduled/retry/dead sets, tasks, periodic jobs, running processes; retry, delete or kill
+jobs in bulk; pause queues; quiet, stop or dump processes; a health probe."""
 
 EPILOG = """\
 Redis: --redis URL, else -C CONFIG (its redis_url or :redis:, and namespace), else $REDIS_URL,
@@ -53,6 +54,7 @@ examples:
   queuedctl -C config/sidekiq.yml queues --json
   queuedctl jobs dead --class Billing::InvoiceJob --error Timeout
   queuedctl retry dead --class Billing::InvoiceJob --all
+  queuedctl task 5f0c...e1 --watch    # a task's progress bar, live
   queuedctl ping --queue default      # a Kubernetes probe: silent, exit 0 when healthy
 Each command has its own --help."""
 

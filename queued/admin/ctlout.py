@@ -50,6 +50,11 @@ def warn(text: str) -> None:
 WHOLE = ("JID", "Identity", "Process")
 
 
+def console():
+    """rich's console on stdout, data printed as it is."""
+    return _console()
+
+
 def _console():
     # No markup: a job's arguments or error text such as "[bold]" or [true] is data, and
     # rich would take it for a style and print nothing.

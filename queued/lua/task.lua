@@ -104,11 +104,14 @@ end
 local function task_settle(t, tid, prefix, queues_key)
   local m = redis.call('HMGET', t.meta, 'sealed', 'completed_at', 'succeeded_at',
                        'on_complete', 'on_success', 'ttl_success', 'ttl_failure', 'ttl_idle',
-                       'touched_at', 'description')
+                       'touched_at', 'description', 'expected')
   if not m[6] then return nil end
   local now = task_now()
   local c = task_counts(t)
-  if m[1] ~= '1' or c.enqueued + c.working + c.retry > 0 then
+  -- (expected: the total its sealer announced; jobs pushed by another language's producer
+  -- with only the payload field join the task as they start: until then they are not counted)
+  if m[1] ~= '1' or c.enqueued + c.working + c.retry > 0
+      or (m[11] and c.total < tonumber(m[11])) then
     if now - tonumber(m[9] or 0) >= TASK_TOUCH_EVERY then
       task_expire(t, tonumber(m[8]))
       redis.call('HSET', t.meta, 'touched_at', task_time(now))

@@ -15,6 +15,7 @@ import warnings
 from .. import __version__, config as config_mod
 from .. import client
 from . import log as logsetup
+from . import periodic
 from ..errors import APP_LOAD_ERROR, EXIT_CONFIG_ERROR, AppLoadError, ConfigError, QueuedError
 from ..job import JobNameClash, registry
 
@@ -119,6 +120,7 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
         # wherever the config file lives.
         load_app(cfg.require, os.getcwd())
         _check_jobs(cfg)
+        periodic.check(cfg)
         return _run(cfg, early, embedded)
     except AppLoadError as e:
         return _fail(str(e), APP_LOAD_ERROR)

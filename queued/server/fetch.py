@@ -20,12 +20,18 @@ when the job has run (``reserve_landed`` / ``claim``). That is one round trip le
 push and the job's start. The job is in Redis all along (landing list, then reserved zset).
 If the reply is lost (the connection broke while the job ran), a job that succeeded is
 remembered and acked when the next reserve hands it back, so it does not run twice.
+
+A job of a task costs two more script calls (its working mark, and its end written with its
+state in the task: tracking.py); both are sent ahead like acks (``send_ahead``), their replies
+read with the next call's, so a task's job waits for no extra round trip. An end Redis
+refused, or whose outcome a broken connection hid, is run again before the next reserve (the
+reserve would otherwise hand its still-reserved job back as a lost one).
 """
 from __future__ import annotations
 
 import logging
 import random
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import redis
 
@@ -60,6 +66,20 @@ class _Sent(NamedTuple):
     keys: list
     args: list
     acks: list[bytes]
+
+
+class _Ahead(NamedTuple):
+    """A script call sent ahead (send_ahead). ``keep``: it must take effect (a job's end):
+    refused, or its outcome lost with the connection, it is run again (it is idempotent);
+    otherwise (a mark that only informs) it may be dropped."""
+    script: Any
+    keys: list
+    args: list
+    keep: bool
+
+
+#: Replies of calls sent ahead that may wait unread; past this they are read at once.
+AHEAD_MAX = 64
 
 
 def split_member(member: bytes) -> tuple[str, bytes]:
@@ -135,7 +155,10 @@ class Fetcher:
         self._conn = None
         self.client_id = 0  # of the connection above, once made (see _connection)
         self._acks: list[bytes] = []  # finished jobs whose ZREM goes out with the next call
-        self._unread: list[list[bytes]] = []  # acks sent ahead (send_acks), replies unread
+        #: acks (lists of members) and script calls (_Ahead) sent ahead, replies unread
+        self._unread: list[list[bytes] | _Ahead] = []
+        self._again: list[_Ahead] = []  # calls sent ahead to run again (see _Ahead)
+        self._loaded: set[str] = set()  # SHAs of scripts sent ahead as EVAL on this connection
         # After a broken connection the pending acks may already have been applied (the call
         # ran, its reply was lost), so the next ack finding nothing is no cause for a warning.
         self._acks_uncertain = False
@@ -206,16 +229,28 @@ class Fetcher:
         pending acks. Before, the refusal was raised with the later replies left unread, and
         the next call read a reply meant for another command (found by tests/faults)."""
         while self._unread:
-            members = self._unread[0]
+            entry = self._unread[0]
             try:
                 found = conn.read_response()
-            except redis.ResponseError:
+            except redis.ResponseError as e:
                 self._unread.pop(0)
-                self._acks.extend(members)
+                if isinstance(entry, _Ahead):
+                    # Only a job's end is run again. A mark that only informs is dropped: run
+                    # later, it could undo what a later call did (a job's working mark run
+                    # again after its end would leave it working for good).
+                    if entry.keep:
+                        self._again.append(entry)
+                    else:
+                        log.debug("a task mark was refused and dropped: %s", e)
+                else:
+                    self._acks.extend(entry)
                 continue
             # (on a connection error they stay in _unread: reset_connection keeps them)
             self._unread.pop(0)
-            self._acked(len(members), found)
+            if not isinstance(entry, _Ahead):
+                self._acked(len(entry), found)
+            elif entry.keep and found == GONE:
+                self._acked(1, 0)
 
     def _read_acks(self) -> None:
         """Read the replies of the acks sent ahead (they came long ago, as a rule)."""
@@ -246,14 +281,48 @@ class Fetcher:
         if self._sent is not None:
             self._unread.insert(0, self._sent.acks)
             self._sent = None
-        self._acks = [m for members in self._unread for m in members] + self._acks
+        self._again += [e for e in self._unread if isinstance(e, _Ahead) and e.keep]
+        self._acks = [m for entry in self._unread if not isinstance(entry, _Ahead)
+                      for m in entry] + self._acks
         self._unread = []
+        self._loaded = set()
         self._acks_uncertain = bool(self._acks)
         if self._conn is not None:
             try:
                 self._conn.disconnect()
             finally:
                 self._conn = None
+
+    def send_ahead(self, script, keys: list, args: list, keep: bool) -> None:
+        """Send a script call without waiting for its reply (read with the next call's). Never
+        raises: on a connection error a ``keep`` call is run again later, another dropped."""
+        entry = _Ahead(script, keys, args, keep)
+        try:
+            if len(self._unread) >= AHEAD_MAX:
+                self._settle()
+                self._read_acks()
+            conn = self._connection()
+            # The first call of a script on a connection carries its source (EVAL), so Redis
+            # has it (a fresh or restarted Redis would refuse EVALSHA with NOSCRIPT).
+            if script.sha in self._loaded:
+                command = script.command(keys, args)
+            else:
+                command = script.eval_command(keys, args)
+                self._loaded.add(script.sha)
+            self._unread.append(entry)
+            conn.send_packed_command(conn.pack_command(*command))
+        except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError):
+            if keep and not any(e is entry for e in self._unread):
+                self._again.append(entry)
+            self.reset_connection()
+
+    def _run_again(self) -> None:
+        """Run the calls sent ahead that must take effect and did not (see _Ahead), in order;
+        raises as a call does (they stay to be run again)."""
+        while self._again:
+            entry = self._again[0]
+            self._script(entry.script, entry.keys, entry.args)
+            self._again.pop(0)
 
     def _script(self, script, keys, args, with_acks: bool = True):
         try:
@@ -317,6 +386,7 @@ class Fetcher:
             # First, so an ack sent ahead that Redis refused rides in this call: the script
             # would otherwise take its job for a lost one and hand it over again.
             self._read_acks()
+        self._run_again()  # (a job's end refused or lost: the same, for a job of a task)
         acks, self._acks = self._acks, []
         args = [n, len(self.queues), landing_queue, self.identity, len(acks), *acks,
                 *self.queues,
@@ -400,6 +470,7 @@ class Fetcher:
     def flush(self) -> None:
         """Send pending acks now (before the worker exits or blocks)."""
         self._settle()
+        self._run_again()
         if self._acks or self._unread:
             conn = self._connection()
             try:
@@ -421,10 +492,12 @@ class Fetcher:
                                   payload, self.dead_timeout, self.dead_max_jobs, queue, task)
         return int(self._script(FAIL, keys, args))
 
-    def run(self, script, keys, args):
-        """Another script on this connection, pending acks riding along (a job of a task is
-        marked working with it as it starts, and its messages are written: tracking.py)."""
-        return self._script(script, keys, args)
+    def finish_ahead(self, res: Reservation, task: Move) -> None:
+        """A job of a task succeeded: its ack and its state in the task, in one script call
+        (fail.lua's "done"), sent ahead like an ack."""
+        keys, args = failure_call(self.keys, self.reserved_key, res.member, "done", 0.0, "",
+                                  self.dead_timeout, self.dead_max_jobs, task=task)
+        self.send_ahead(FAIL, keys, args, keep=True)
 
     def renew_lease(self, lease_key: str, lease_ms: int) -> bool:
         """Extend this worker's master's lease (a job's touch): True if it still had one.

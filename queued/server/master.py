@@ -29,6 +29,7 @@ from ..connection import make_redis
 from ..errors import EXIT_REDIS_ERROR, QueuedError
 from .heartbeat import Heartbeat, new_identity
 from .jobmetrics import JobMetrics
+from .periodic import Periodic
 from ..keys import Keys
 from .scheduler import Scheduler
 from .slots import Notes, SlotTable, SlotWriter, Watch
@@ -85,6 +86,7 @@ class Master:
         self.r = make_redis(config.redis_url, socket_timeout=5.0, name="queued-master")
         self.heartbeat = Heartbeat(self.r, self.keys, self.identity, config, self.started_at)
         self.scheduler = Scheduler(self.r, self.keys, self.identity, config)
+        self.periodic = Periodic(self.r, self.keys, config)
         self.waker = Waker(self.r, self.keys, config.queue_names, self.watch,
                            config.fetch_timeout)
         self.lease_ms = int(config.lease_timeout * 1000)
@@ -219,6 +221,9 @@ class Master:
             # master spin at 100% CPU (a zero timeout for ever).
             if self.state == RUNNING:
                 timeout = min(timeout, self.scheduler.due_in(now))
+                cron = self.periodic.due_in()  # (wall clock: ticks are times of day)
+                if cron is not None:
+                    timeout = min(timeout, cron)
             if self.deadline is not None and self.deadline > now:
                 timeout = min(timeout, self.deadline - now)
             if self.dumps:
@@ -410,6 +415,11 @@ class Master:
                 self.children.kill(pid, signal.SIGTTIN)
                 self.next_dump = now + DUMP_GAP
         if self.state == RUNNING:
+            try:
+                self.periodic.tick()
+            except (redis.RedisError, OSError) as e:  # see _redis_error
+                self._redis_error("push periodic jobs", e)
+                self.periodic.backoff()
             try:
                 self.scheduler.tick(now)
             except (redis.RedisError, OSError) as e:  # see _redis_error

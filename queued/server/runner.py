@@ -152,42 +152,31 @@ class Runner:
             self._hook(job, "after_failed", error)
 
     def _succeeded(self, res: Reservation, msg: dict, job, task_id: str | None) -> None:
-        if task_id is None:
-            claimed = self._claimed(res, True)
-            if claimed is not None:
-                self.fetcher.ack(claimed)
-        else:  # its ack and its state in the task, in one step (fail.lua's "done")
-            self._record(res, "done", 0.0, "", task=tracking.Move(task_id, msg["jid"],
-                                                                  "finished"))
+        claimed = self._claimed(res, True)
+        if claimed is None:
+            pass
+        elif task_id is None:
+            self.fetcher.ack(claimed)
+        else:  # its ack and its state in the task, in one step, sent ahead like an ack
+            self.fetcher.finish_ahead(claimed, tracking.Move(task_id, msg["jid"], "finished"))
         self._hook(job, "after_succeeded")
         if self.config.job_logging:
             self.joblog.done()
 
     def _working(self, task_id: str, msg: dict, queue: str) -> None:
-        """Mark a job of a task working as it starts. Its state only: if Redis fails us here
-        the job runs anyway, and its end writes its state for good."""
+        """Mark a job of a task working as it starts, sent ahead (no wait). Its state only: if
+        Redis fails us here the job runs anyway, and its end writes its state for good."""
         self.task = (task_id, msg["jid"])
         ks, args = tracking.mark_call(self.keys, tracking.Move(task_id, msg["jid"], "working"),
                                       tracking.record_json(msg, queue))
-        try:
-            self.fetcher.run(tracking.TASK_MARK, ks, args)
-        except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError) as e:
-            if self.notes.due("task-mark", LOG_INTERVAL):
-                log.warning("could not mark a job of task %s working (%s); it runs, and its "
-                            "end is recorded", task_id, e)
+        self.fetcher.send_ahead(tracking.TASK_MARK, ks, args, keep=False)
 
     def _say(self, text: str) -> None:
-        """ops.say inside a job of a task: a line in the job's message log there."""
-        if self.task is None:
-            return
-        ks, args = tracking.say_call(self.keys, *self.task, text)
-        try:
-            if self.fetcher.run(tracking.TASK_SAY, ks, args) == -1 and \
-                    self.notes.due(("say-full", self.task[1]), LOG_INTERVAL):
-                log.warning("this job's message log in its task is full (%d bytes); later "
-                            "messages are not kept", tracking.SAY_CAP)
-        except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError) as e:
-            log.warning("message not written to the task (%s)", e)
+        """ops.say inside a job of a task: a line in the job's message log there, sent ahead
+        (a log past its cap ends with a line saying later ones were dropped)."""
+        if self.task is not None:
+            ks, args = tracking.say_call(self.keys, *self.task, text)
+            self.fetcher.send_ahead(tracking.TASK_SAY, ks, args, keep=False)
 
     def _job_failed(self, res: Reservation, msg: dict, error: JobFailed,
                     task_id: str | None) -> None:

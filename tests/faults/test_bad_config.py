@@ -54,7 +54,8 @@ CASES = {
          "'localhost:6379'"),
     ],
     # Things queued used to take without a word: an environment section spelt otherwise, a
-    # mapping that is no section, Sidekiq's :redis: with a typo, a sidekiq-scheduler block.
+    # mapping that is no section, Sidekiq's :redis: with a typo, a bad
+    # sidekiq-scheduler schedule (the whole block was refused before periodic jobs came).
     "silent config": [
         ({"prodution": {"concurrency": 9}}, ("-e", "production"), {},
          "no section for environment 'production' (from -e); did you mean the section "
@@ -67,8 +68,8 @@ CASES = {
          "unknown key 'redis.urll' (did you mean 'redis.url'?)"),
         ({":redis": {"url": "redis://h/0"}, "redis_url": "redis://h/0"}, (), {},
          "redis: cannot be set together with redis_url"),
-        ({":schedule": {"nightly": {"cron": "0 3 * * *", "class": "Nightly"}}}, (), {},
-         "schedule: periodic jobs (sidekiq-scheduler / sidekiq-cron) are not supported yet"),
+        ({":schedule": {"nightly": {"cron": "0 3 * * * Europe/Berln", "class": "Nightly"}}}, (),
+         {}, "schedule.nightly.cron: unknown time zone 'Europe/Berln'"),
     ],
 }
 

@@ -10,6 +10,7 @@ import taskjobs
 from taskjobs import CALLBACKS, TBusiness, TComplete, TDoomed, TFlaky, TOk, TSuccess
 
 from queued.keys import TASK_STATES, Keys
+from queued.server.scripts import FAIL
 from queued.task import Task
 
 from harness import wait_for
@@ -41,7 +42,7 @@ def test_a_10000_job_task_records_the_fate_of_every_job(daemon, producer, r):
     jids = fill(task, 10_000, (TOk, TBusiness, TFlaky, TDoomed))
     # When a daemon runs them
     d = daemon(require=JOBS, concurrency=4)
-    wait_for(lambda: callbacks(r), 300, interval=0.2, what="the task's on_complete")
+    wait_for(lambda: callbacks(r), 90, interval=0.2, what="the task's on_complete")
     # Then every job is where its kind says, and the counts are exact
     assert sets(r, task) == {"enqueued": set(), "working": set(),
                              "finished": set(jids[TOk]) | set(jids[TFlaky]),
@@ -158,3 +159,21 @@ def test_releases_and_buries_move_a_job_of_a_task(daemon, producer, r):
     assert task.job(buried)["status"] == "error"
     assert task.job(buried)["error"] == {**task.job(buried)["error"], "class": "Buried",
                                          "message": "no stock", "final": True}
+
+
+def test_a_task_run_on_a_redis_that_never_saw_its_scripts_completes(daemon, producer, r):
+    # Given a Redis whose script cache lacks the task's mark (just started, or SCRIPT FLUSH)
+    # but has fail.lua (a failure ran before): a job's working mark sent ahead as EVALSHA
+    # would be refused with NOSCRIPT while its end is not
+    r.script_flush()
+    r.script_load(FAIL.source)
+    task = Task("fresh scripts", on_complete=TComplete)
+    jids = fill(task, 20, (TOk,))
+    # When a daemon runs the task
+    daemon(require=JOBS, concurrency=2)
+    wait_for(lambda: callbacks(r, task.id), 30, what="the task's on_complete")
+    # Then every job is finished and none is left working (a refused mark run again after
+    # the job's end had put it back in working: the task never completed)
+    assert sets(r, task)["finished"] == set(jids[TOk])
+    assert sets(r, task)["working"] == set()
+    assert task.progress()["complete"] is True

@@ -1,0 +1,83 @@
+"""The app factory: ``create_app(redis)`` is the ASGI app (Starlette), ``create_wsgi_app`` the
+same app for a WSGI host (Django, Flask) through a2wsgi.
+
+Page handlers are plain functions run in Starlette's thread pool (redis-py is blocking); the
+POST handlers read their form asynchronously, check its CSRF token, then act in the pool.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any
+
+import redis as redis_lib
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from ...client import Client
+from ...connection import make_redis
+from ...keys import Keys
+from ..api import Admin
+from ..metrics import MetricsReader
+from . import pages_busy, pages_jobs, pages_overview, pages_queues, pages_tasks, pages_metrics
+from .prometheus import metrics_route
+from .render import Web, render
+from .security import BasicAuth, Csrf, CsrfCookie, SecurityHeaders
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | None = None,
+               secret_key: str | bytes | None = None, auth: str | None = None,
+               poll_interval: float = 2.0, debug: bool = False) -> Starlette:
+    """The dashboard as an ASGI app. ``redis``: a redis-py client (bytes responses) or a URL
+    (else ``$REDIS_URL``, else redis://127.0.0.1:6379/0). ``secret_key`` signs the CSRF
+    tokens (else ``$QUEUED_WEB_SECRET``, else a random one per process: give one when several
+    processes serve the app). ``auth``: ``"user:password"`` for HTTP basic auth."""
+    if redis is None or isinstance(redis, str):
+        url = redis or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+        redis = make_redis(url, socket_timeout=5.0, name="queued-web")
+    secret = secret_key or os.environ.get("QUEUED_WEB_SECRET") or secrets.token_bytes(32)
+    keys = Keys(namespace)
+    web = Web(r=redis, keys=keys, admin=Admin(redis, namespace=namespace),
+              client=Client(redis, namespace=namespace), metrics=MetricsReader(redis, keys),
+              csrf=Csrf(secret), poll_interval=poll_interval)
+    # /{set} (scheduled, retries, dead) last: it would match any other one-segment path
+    routes = [*pages_overview.routes, *pages_busy.routes, *pages_queues.routes,
+              *pages_tasks.routes, *pages_metrics.routes, metrics_route,
+              Mount("/static", app=StaticFiles(directory=os.path.join(HERE, "static")),
+                    name="static"), *pages_jobs.routes]
+    app = Starlette(debug=debug, routes=routes, exception_handlers={
+        HTTPException: _http_error, redis_lib.ConnectionError: _redis_down,
+        redis_lib.TimeoutError: _redis_down})
+    app.state.web = web
+    app.add_middleware(CsrfCookie)
+    app.add_middleware(SecurityHeaders)
+    if auth:
+        app.add_middleware(BasicAuth, credentials=auth)
+    return app
+
+
+def create_wsgi_app(redis: redis_lib.Redis | str | None = None, **options: Any):
+    """The same app for a WSGI server or framework (a2wsgi runs the ASGI app in a loop of
+    its own)."""
+    from a2wsgi import ASGIMiddleware
+    return ASGIMiddleware(create_app(redis, **options))
+
+
+async def _http_error(request: Request, exc: HTTPException):
+    if "text/html" not in request.headers.get("accept", ""):
+        return PlainTextResponse(f"{exc.detail}\n", exc.status_code)
+    return render(request, "error.html", {"status": exc.status_code, "detail": exc.detail},
+                  exc.status_code)
+
+
+async def _redis_down(request: Request, exc: Exception):
+    text = f"Redis is unreachable: {' '.join(str(exc).split())}"
+    if "text/html" not in request.headers.get("accept", ""):
+        return PlainTextResponse(text + "\n", 503)
+    return render(request, "error.html", {"status": 503, "detail": text}, 503)

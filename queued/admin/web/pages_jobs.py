@@ -1,0 +1,156 @@
+"""Scheduled, Retries and Dead: a page of a sorted set at a time (ZRANGE by index: 100,000 dead
+jobs cost what 25 do), a search by class/queue/error/args that reads the set in bounded ZSCAN
+steps (a page of matches, or SCAN_BUDGET jobs examined, then a "more" link carrying the
+cursor), actions on one job, on the ticked rows, or on every match (queued.api's bulk
+operations), and a job's detail: payload, error, backtrace."""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import zlib
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.routing import Route
+
+from ..entries import Entry, Filter
+from ..jobsets import JobSet
+from .render import PAGE_SIZE, act, int_param, pager, render, web_of
+
+#: URL -> (the JobSet's name, the title). Sidekiq's Web UI calls dead the morgue.
+SETS = {"scheduled": ("schedule", "Scheduled"), "retries": ("retry", "Retries"),
+        "dead": ("dead", "Dead")}
+#: The search fields, by their query parameter (Filter's argument names).
+FILTERS = {"class": "klass", "queue": "queue", "error": "error", "arg": "arg"}
+#: A search step examines at most this many jobs before it shows what it found.
+SCAN_BUDGET = 5000
+ZSCAN_COUNT = 500
+#: What a backtrace may inflate to (the blob is data from Redis, not trusted).
+BACKTRACE_MAX = 1 << 20
+
+
+def _jobset(request: Request) -> tuple[str, JobSet, str]:
+    slug = request.path_params["set"]
+    if slug not in SETS:
+        raise HTTPException(404, f"no job set {slug!r}")
+    name, title = SETS[slug]
+    return slug, web_of(request).admin.jobset(name), title
+
+
+def filter_of(values) -> Filter:
+    return Filter.of(**{arg: (str(values.get(param, "")).strip() or None)
+                        for param, arg in FILTERS.items()})
+
+
+def search(js: JobSet, where: Filter, cursor: int) -> tuple[list[Entry], int, int]:
+    """(matches, the ZSCAN cursor to go on from (0: the end), jobs examined) for one bounded
+    step of a search."""
+    found: list[Entry] = []
+    examined = calls = 0
+    pattern = where.pattern()
+    while True:
+        cursor, rows = js.r.zscan(js.key, cursor, match=pattern, count=ZSCAN_COUNT)
+        calls += 1
+        for member, score in rows:
+            examined += 1
+            entry = Entry(member, score, js.name)
+            if where.matches(entry):
+                found.append(entry)
+        # With a MATCH pattern Redis examines about COUNT jobs per call but returns only
+        # those that fit: the budget counts what Redis examined, not what came back.
+        examined = max(examined, calls * ZSCAN_COUNT)
+        if cursor == 0 or len(found) >= PAGE_SIZE or examined >= SCAN_BUDGET:
+            return found, int(cursor), min(examined, js.size())
+
+
+def listing(request: Request):
+    slug, js, title = _jobset(request)
+    where = filter_of(request.query_params)
+    context = {"slug": slug, "title": title, "name": js.name, "size": js.size(),
+               "filters": {p: request.query_params.get(p, "") for p in FILTERS},
+               "searching": bool(where)}
+    if where:
+        cursor = int_param(request, "cursor", 0, 0, 2**64)
+        rows, next_cursor, examined = search(js, where, cursor)
+        # ZSCAN's order is the hash table's: show a step's matches in the set's own order
+        rows.sort(key=lambda e: e.score or 0.0, reverse=js.name == "dead")
+        context.update(rows=rows, next_cursor=next_cursor, examined=examined, pager=None)
+    else:
+        page = pager(request, context["size"])
+        context.update(rows=js.page(page.offset, page.size), pager=page)
+    return render(request, "jobset.html", context)
+
+
+def _find(js: JobSet, score: str, jid: str) -> Entry | None:
+    """The job ``jid`` at ``score``: ZRANGEBYSCORE on that one score (O(log n)), not a scan."""
+    try:
+        value = float(score)
+    except ValueError:
+        return None
+    for member, s in js.r.zrangebyscore(js.key, value, value, withscores=True):
+        entry = Entry(member, s, js.name)
+        if entry.jid == jid:
+            return entry
+    return None
+
+
+def job(request: Request):
+    slug, js, title = _jobset(request)
+    entry = _find(js, request.path_params["score"], request.path_params["jid"])
+    if entry is None:
+        raise HTTPException(404, "this job is no longer there (it ran, moved or was deleted)")
+    return render(request, "job.html", {"slug": slug, "title": title, "name": js.name,
+                                        "job": entry, "backtrace": backtrace(entry)})
+
+
+def backtrace(entry: Entry) -> list[str]:
+    """Sidekiq's ``error_backtrace``: a list (before 6.0) or base64 of zlib of a JSON list."""
+    blob = entry.msg.get("error_backtrace") if entry.msg else None
+    if isinstance(blob, list):
+        return [str(line) for line in blob]
+    if not isinstance(blob, str) or not blob:
+        return []
+    try:
+        raw = zlib.decompressobj().decompress(base64.b64decode(blob), BACKTRACE_MAX)
+        lines = json.loads(raw)
+    except (binascii.Error, zlib.error, ValueError):
+        return ["(the backtrace could not be read)"]
+    return [str(line) for line in lines] if isinstance(lines, list) else []
+
+
+ACTIONS = ("retry", "delete", "kill")
+
+
+async def action(request: Request):
+    slug, js, _title = _jobset(request)
+
+    def work(web, form) -> str:
+        what = str(form.get("action", ""))
+        if what not in ACTIONS or (what == "kill" and js.name == "dead"):
+            return f"unknown action {what!r}"
+        if form.get("scope") == "all":
+            where = filter_of({p: form.get("f_" + p, "") for p in FILTERS})
+            n = getattr(js, f"{what}_all")(where)
+            return f"{_past(what)} {n} job{'s' if n != 1 else ''}" + (
+                " (every match)" if where else " (the whole set)")
+        done = gone = 0
+        for key in form.getlist("job"):
+            score, _, jid = str(key).partition("|")
+            entry = _find(js, score, jid)
+            if entry is not None and getattr(js, what)(entry):
+                done += 1
+            else:
+                gone += 1
+        text = f"{_past(what)} {done} job{'s' if done != 1 else ''}"
+        return text + (f"; {gone} no longer there" if gone else "")
+    return await act(request, work, "jobset", set=slug)
+
+
+def _past(verb: str) -> str:
+    return {"retry": "retried", "delete": "deleted", "kill": "killed"}[verb]
+
+
+routes = [Route("/{set:str}/{score:str}/{jid:str}", job, name="job"),
+          Route("/{set:str}", listing, name="jobset"),
+          Route("/{set:str}", action, methods=["POST"], name="jobset_action")]

@@ -1,0 +1,42 @@
+"""Metrics: per job class, processed, failed, total and mean time over ``?period=1h..72h``
+(``&substr=`` narrows the classes), and a class's page: its counts over time and its
+execution-time histogram, from the keys Sidekiq 7+ writes (queued/admin/metrics.py)."""
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from ..metrics import LABELS, MINUTE_TTL_HOURS, parse_period
+from .render import render, web_of
+
+PERIODS = (1, 2, 4, 8, 24, 48, 72)
+
+
+def job_metrics(request: Request):
+    web = web_of(request)
+    hours = parse_period(request.query_params.get("period"))
+    substr = request.query_params.get("substr", "").strip()
+    period = web.metrics.top(hours, substr=substr or None)
+    return render(request, "job_metrics.html", {"period": period, "hours": hours,
+                                                "periods": PERIODS, "substr": substr})
+
+
+def job_class(request: Request):
+    web = web_of(request)
+    klass = request.path_params["klass"]
+    hours = parse_period(request.query_params.get("period"))
+    series = web.metrics.series(klass, hours)
+    counts = web.metrics.histogram(klass, hours)
+    totals = {"processed": sum(m.processed for _, m in series),
+              "failed": sum(m.failed for _, m in series), "ms": sum(m.ms for _, m in series)}
+    ok = totals["processed"] - totals["failed"]
+    totals["mean_ms"] = totals["ms"] / ok if ok > 0 else 0.0
+    return render(request, "job_class.html", {
+        "klass": klass, "hours": hours, "periods": PERIODS, "series": series,
+        "peak": max([m.processed for _, m in series] + [1]), "histogram": list(zip(LABELS, counts)),
+        "hist_peak": max(counts + [1]), "hist_hours": min(hours, MINUTE_TTL_HOURS),
+        "totals": totals})
+
+
+routes = [Route("/job-metrics", job_metrics, name="job_metrics"),
+          Route("/job-metrics/{klass:path}", job_class, name="job_class")]

@@ -1,0 +1,83 @@
+"""``/metrics`` of the dashboard: cluster-wide gauges in Prometheus's text format, read from Redis
+at each scrape by a custom collector (prometheus_client's exposition, its own registry: none of
+the web process's own metrics). Named as the Sidekiq exporters name theirs, with ``queued_``.
+
+Bounded: one pipeline for the totals and one for the queues (two commands per queue), however
+many jobs there are; the number of queues is the only thing that grows the scrape. Documented
+one by one in docs/dashboard.md.
+"""
+from __future__ import annotations
+
+import time
+
+import redis as redis_lib
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from ..api import Admin
+
+
+class ClusterCollector:
+    def __init__(self, admin: Admin):
+        self.admin = admin
+
+    def describe(self):
+        return []  # read at scrape time only; nothing to read at registration
+
+    def collect(self):
+        started = time.monotonic()
+        s = self.admin.stats()
+        queues = self.admin.queue_summaries()
+        yield CounterMetricFamily("queued_processed_jobs", "Jobs processed, all time "
+                                  "(stat:processed, as Sidekiq counts them).", s.processed)
+        yield CounterMetricFamily("queued_failed_jobs", "Jobs failed, all time (stat:failed).",
+                                  s.failed)
+        for name, doc, value in (
+                ("queued_enqueued_jobs", "Jobs waiting in every queue.", s.enqueued),
+                ("queued_scheduled_jobs", "Jobs in the schedule set.", s.scheduled_size),
+                ("queued_retry_jobs", "Jobs in the retry set.", s.retry_size),
+                ("queued_dead_jobs", "Jobs in the dead set.", s.dead_size),
+                ("queued_processes", "Live processes (queued's and Sidekiq's).",
+                 s.processes_size),
+                ("queued_busy_workers", "Jobs running now, every process.", s.workers_size),
+                ("queued_default_queue_latency_seconds",
+                 "Age of the oldest job of the default queue.", s.default_queue_latency),
+                ("queued_queues", "Queues known (in the queues set, or paused).", len(queues))):
+            yield GaugeMetricFamily(name, doc, value=value)
+        size = GaugeMetricFamily("queued_queue_enqueued_jobs", "Jobs waiting in a queue.",
+                                 labels=["queue"])
+        latency = GaugeMetricFamily("queued_queue_latency_seconds",
+                                    "Age of a queue's oldest job.", labels=["queue"])
+        paused = GaugeMetricFamily("queued_queue_paused", "1 when a queue is paused.",
+                                   labels=["queue"])
+        for q in queues:
+            size.add_metric([q.name], q.size)
+            latency.add_metric([q.name], q.latency)
+            paused.add_metric([q.name], 1 if q.paused else 0)
+        yield from (size, latency, paused)
+        yield GaugeMetricFamily("queued_scrape_duration_seconds",
+                                "Time this scrape took to read Redis.",
+                                value=time.monotonic() - started)
+
+
+def exposition(admin: Admin) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ClusterCollector(admin))
+    return generate_latest(registry)
+
+
+async def metrics(request: Request):
+    admin = request.app.state.web.admin
+    try:
+        body = await run_in_threadpool(exposition, admin)
+    except redis_lib.RedisError as e:
+        # A failed scrape, said so (Prometheus records `up` 0 for a non-200 answer).
+        return PlainTextResponse(f"Redis is unreachable: {' '.join(str(e).split())}\n", 503)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+metrics_route = Route("/metrics", metrics, name="prometheus")

@@ -1,0 +1,169 @@
+"""What every page shares: the app's handles on Redis (``Web``), the Jinja2 templates (autoescape
+on: job arguments and errors are attacker-controlled text) and their filters, rendering with
+the CSRF token, redirects after a POST, and paging."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+from urllib.parse import urlencode
+
+import jinja2
+import redis as redis_lib
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse
+from starlette.templating import Jinja2Templates
+
+from ...client import Client
+from ...keys import Keys
+from ..api import Admin
+from ..metrics import MetricsReader
+from .security import FIELD, Csrf
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PAGE_SIZE = 25
+
+
+@dataclass
+class Web:
+    r: redis_lib.Redis
+    keys: Keys
+    admin: Admin
+    client: Client
+    metrics: MetricsReader
+    csrf: Csrf
+    poll_interval: float
+
+
+def web_of(request: Request) -> Web:
+    return request.app.state.web
+
+
+# --- filters ------------------------------------------------------------------------------------
+
+def ago(ts: float | None, now: float | None = None) -> str:
+    """``3m ago`` / ``in 4m`` (as queuedctl's tables say it)."""
+    if ts is None:
+        return "-"
+    delta = (time.time() if now is None else now) - ts
+    text = duration(abs(delta))
+    return f"{text} ago" if delta >= 0 else f"in {text}"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m {seconds % 60:.0f}s"
+    if seconds < 86400:
+        return f"{seconds // 3600:.0f}h {seconds % 3600 // 60:.0f}m"
+    return f"{seconds // 86400:.0f}d {seconds % 86400 // 3600:.0f}h"
+
+
+def utc(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def compact(value: Any, limit: int = 200) -> str:
+    """Arguments on one line, cut at ``limit`` characters (the page escapes them)."""
+    text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def pretty(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str, indent=2, sort_keys=True)
+
+
+def number(n: Any) -> str:
+    return f"{n:,}" if isinstance(n, int) else str(n)
+
+
+templates = Jinja2Templates(env=jinja2.Environment(
+    loader=jinja2.FileSystemLoader(os.path.join(HERE, "templates")),
+    autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined))
+templates.env.filters.update(ago=ago, duration=duration, utc=utc, compact=compact,
+                             pretty=pretty, number=number)
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+def path_for(request: Request) -> Callable[..., str]:
+    """``path('queue', name='x', _query={'page': 2})``: a path (no host: right behind a
+    proxy), under the mount point when the app is mounted in another site."""
+    def path(route: str, /, _query: dict | None = None, **params: Any) -> str:
+        url = request.url_for(route, **params).path
+        query = {k: v for k, v in (_query or {}).items() if v not in (None, "")}
+        return url + ("?" + urlencode(query, doseq=True) if query else "")
+    return path
+
+
+def render(request: Request, name: str, context: dict, status: int = 200):
+    web = web_of(request)
+    context = {"csrf_field": FIELD, "csrf_token": web.csrf.token(request),
+               "path": path_for(request), "msg": request.query_params.get("msg", ""),
+               "now": time.time(), **context}
+    return templates.TemplateResponse(request, name, context, status_code=status)
+
+
+async def act(request: Request, work: Callable[[Web, FormData], str], back: str,
+              **params: Any) -> RedirectResponse:
+    """A POST: check the CSRF token, do ``work(web, form)`` in the thread pool, and send the
+    browser back to page ``back`` with what was done (Post/Redirect/Get)."""
+    web = web_of(request)
+    form = await web.csrf.form(request)
+    message = await run_in_threadpool(work, web, form)
+    query = {k: v for k, v in _back_query(form).items()}
+    query["msg"] = message
+    return RedirectResponse(path_for(request)(back, _query=query, **params), status_code=303)
+
+
+def _back_query(form: FormData) -> dict:
+    """The list filters a form carries back (``back_class``, ...) to the page it came from."""
+    return {k[len("back_"):]: v for k, v in form.items() if k.startswith("back_") and v}
+
+
+def int_param(request: Request, name: str, default: int = 0, low: int = 0,
+              high: int = 10**9) -> int:
+    try:
+        value = int(request.query_params.get(name, default))
+    except ValueError:
+        value = default
+    return min(max(value, low), high)
+
+
+@dataclass
+class Pager:
+    page: int
+    size: int
+    total: int
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * self.size
+
+    @property
+    def pages(self) -> int:
+        return max((self.total + self.size - 1) // self.size, 1)
+
+    @property
+    def prev(self) -> int | None:
+        return self.page - 1 if self.page > 1 else None
+
+    @property
+    def next(self) -> int | None:
+        return self.page + 1 if self.page < self.pages else None
+
+
+def pager(request: Request, total: int, size: int = PAGE_SIZE) -> Pager:
+    pages = max((total + size - 1) // size, 1)
+    return Pager(int_param(request, "page", 1, 1, pages), size, total)

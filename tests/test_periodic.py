@@ -1,0 +1,258 @@
+"""Periodic jobs in-process: tick arithmetic (zones, DST, seconds, every:) with an injected
+clock, and server/periodic.Periodic against a real Redis, several instances standing for
+several masters."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from zoneinfo import ZoneInfo
+
+import pytest
+
+import queued
+from queued import config as config_mod
+from queued.keys import Keys
+from queued.cronspec import parse_cron, parse_every
+from queued.periodic import declared
+from queued.server import periodic as server_periodic
+from queued.server.periodic import LATE_LIMIT, Periodic
+
+BERLIN = ZoneInfo("Europe/Berlin")
+NO_ENV: dict = {}
+
+
+def at(*args, tz=BERLIN) -> float:
+    return dt.datetime(*args, tzinfo=tz).timestamp()
+
+
+def local(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, BERLIN).isoformat()
+
+
+def ticks(timing, start: float, end: float) -> list[str]:
+    out, t = [], start
+    while True:
+        t = timing.next_after(t)
+        if t > end:
+            return out
+        out.append(local(t))
+
+
+# --- tick arithmetic ---------------------------------------------------------------------------
+
+def test_spring_forward_a_0230_job_runs_once_at_the_jump():
+    # Given a daily 02:30 Berlin job, over the night 02:00 -> 03:00 (2024-03-31)
+    timing = parse_cron("30 2 * * * Europe/Berlin")
+    # Then it runs at 03:00 CEST that night (02:30 does not exist), once, and at 02:30 after
+    assert ticks(timing, at(2024, 3, 30, 12), at(2024, 4, 1, 12)) == [
+        "2024-03-31T03:00:00+02:00", "2024-04-01T02:30:00+02:00"]
+
+
+def test_fall_back_a_0230_job_runs_once():
+    # Given a daily 02:30 Berlin job, over the night 03:00 -> 02:00 (2024-10-27)
+    timing = parse_cron("30 2 * * * Europe/Berlin")
+    # Then 02:30 comes twice on the clock, and the job runs at the first only
+    assert ticks(timing, at(2024, 10, 26, 12), at(2024, 10, 28, 12)) == [
+        "2024-10-27T02:30:00+02:00", "2024-10-28T02:30:00+01:00"]
+    # and the latest tick seen from after the second 02:30 is the first one
+    assert local(timing.latest(at(2024, 10, 27, 2, 45, tz=dt.timezone(dt.timedelta(hours=1))))
+                 ) == "2024-10-27T02:30:00+02:00"
+
+
+def test_fall_back_an_hourly_job_runs_in_both_hours():
+    # A *-hour job is about elapsed time: both 02:00s run (Debian cron's rule)
+    timing = parse_cron("0 * * * * Europe/Berlin")
+    assert ticks(timing, at(2024, 10, 27, 1, 30), at(2024, 10, 27, 3, 30)) == [
+        "2024-10-27T02:00:00+02:00", "2024-10-27T02:00:00+01:00", "2024-10-27T03:00:00+01:00"]
+
+
+def test_a_zone_moves_the_tick_and_no_zone_is_utc():
+    berlin, utc = parse_cron("0 9 * * * Europe/Berlin"), parse_cron("0 9 * * *")
+    start = at(2024, 7, 1, 0, tz=dt.timezone.utc)
+    assert berlin.next_after(start) == at(2024, 7, 1, 7, tz=dt.timezone.utc)  # CEST, UTC+2
+    assert utc.next_after(start) == at(2024, 7, 1, 9, tz=dt.timezone.utc)
+
+
+def test_six_fields_put_seconds_first_and_latest_includes_now():
+    timing = parse_cron("*/15 * * * * *")
+    t = at(2024, 1, 1, 12, 0, 0, tz=dt.timezone.utc)
+    assert timing.latest(t) == t and timing.latest(t + 14.9) == t
+    assert timing.next_after(t) == t + 15 and timing.next_after(t + 0.5) == t + 15
+
+
+def test_every_ticks_at_multiples_of_the_interval_since_the_epoch():
+    timing = parse_every("1h30m")
+    assert timing.seconds == 5400
+    assert timing.latest(5400 * 1000 + 7) == 5400 * 1000
+    assert timing.next_after(5400 * 1000) == 5400 * 1001
+    assert parse_every("30s").cron_text() == "*/30 * * * * *"
+    assert parse_every("5m").cron_text() == "0 */5 * * * *"
+    assert parse_every("7m").cron_text() == "every 7m"
+
+
+# --- Periodic: several masters on one Redis, an injected clock --------------------------------
+
+class Clock:
+    def __init__(self, now: float):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def cfg(**entry):
+    entry = {"cron": "* * * * * *", "class": "Beat", "queue": "beats", **entry}
+    return config_mod.from_dict({"scheduler": {"schedule": {"beat": entry}}}, environ=NO_ENV)
+
+
+def master(r, config, clock) -> Periodic:
+    return Periodic(r, Keys(), config, clock=clock)
+
+
+def pushed(r, queue="beats") -> list[float]:
+    """The ticks of the jobs in ``queue``, oldest first."""
+    return [json.loads(m)["cron_tick"] for m in reversed(r.lrange(f"queue:{queue}", 0, -1))]
+
+
+def run(masters, clock, start: float, seconds: int, step: float = 0.25) -> None:
+    """Every master looks at every step, as their loops would."""
+    for i in range(int(seconds / step) + 1):
+        clock.now = start + i * step
+        for m in masters:
+            m.tick()
+
+
+def test_three_masters_push_each_tick_exactly_once(r):
+    clock = Clock(1_700_000_000.5)
+    config = cfg()
+    masters = [master(r, config, clock) for _ in range(3)]
+    run(masters, clock, 1_700_000_000.5, 10)
+    # a new schedule does not fire for the tick before it existed (...000); then every one
+    assert pushed(r) == [1_700_000_000.0 + i for i in range(1, 11)]
+
+
+def test_a_master_restarted_within_a_tick_does_not_push_it_again(r):
+    clock = Clock(1_700_000_010.0)
+    config = cfg()
+    first = master(r, config, clock)
+    run([first], clock, 1_700_000_010.0, 2)
+    before = pushed(r)
+    # the restarted master looks at the same tick right away (it is within LATE_LIMIT)
+    clock.now = 1_700_000_012.3
+    master(r, config, clock).tick()
+    assert pushed(r) == before == [1_700_000_011.0, 1_700_000_012.0]
+
+
+def test_a_tick_missed_by_every_master_is_not_replayed_unless_catch_up(r):
+    def utc(*args):
+        return at(2024, 1, 1, *args, tz=dt.timezone.utc)
+
+    # Given an hourly job that ran at 12:00, then no master until 14:00:30
+    clock = Clock(utc(11, 59, 59) + 0.5)
+    config = cfg(cron="0 0 * * * *")
+    run([master(r, config, clock)], clock, clock.now, 1)
+    assert pushed(r) == [utc(12)]
+    # Then a master starting at 14:00:30 skips 13:00 and pushes 14:00 (late, within the limit)
+    clock.now = utc(14, 0, 30)
+    master(r, config, clock).tick()
+    assert pushed(r) == [utc(12), utc(14)]
+    # And one starting at 15:05, past LATE_LIMIT, pushes nothing ...
+    clock.now = utc(15, 0, 0) + LATE_LIMIT + 240
+    master(r, config, clock).tick()
+    assert pushed(r) == [utc(12), utc(14)]
+    # ... but with catch_up the latest missed tick (one job) is pushed
+    master(r, cfg(cron="0 0 * * * *", catch_up=True), clock).tick()
+    assert pushed(r) == [utc(12), utc(14), utc(15)]
+
+
+def test_a_disabled_schedule_is_skipped_and_the_operators_status_survives_a_restart(r):
+    clock = Clock(1_700_000_100.5)
+    config = cfg()
+    run([master(r, config, clock)], clock, clock.now, 1)
+    r.hset("cron_job:beat", "status", "disabled")  # what queuedctl cron disable writes
+    run([master(r, config, clock)], clock, clock.now, 3)  # a restart: sync keeps "disabled"
+    assert pushed(r) == [1_700_000_101.0]
+    assert r.hget("cron_job:beat", "status") == b"disabled"
+    # A deploy whose file now says enabled: false, then true again: the file's change wins
+    master(r, cfg(enabled=False), clock).tick()
+    run([master(r, config, clock)], clock, clock.now, 2)
+    assert r.hget("cron_job:beat", "status") == b"enabled"
+    assert pushed(r) == [1_700_000_101.0, 1_700_000_104.0, 1_700_000_105.0, 1_700_000_106.0]
+
+
+def test_the_hash_is_sidekiq_crons_and_the_job_a_sidekiq_job(r):
+    clock = Clock(1_700_000_200.5)
+    run([master(r, cfg(args=["a", 1], description="beat it"), clock)], clock, clock.now, 1)
+    assert r.smembers("cron_jobs") == {b"cron_job:beat"}
+    h = {k.decode(): v.decode() for k, v in r.hgetall("cron_job:beat").items()}
+    assert {k: h[k] for k in ("name", "klass", "cron", "description", "args", "status")} == {
+        "name": "beat", "klass": "Beat", "cron": "* * * * * *", "description": "beat it",
+        "args": '["a",1]', "status": "enabled"}
+    assert json.loads(h["message"]) == {"retry": True, "queue": "beats", "class": "Beat",
+                                        "args": ["a", 1]}
+    assert h["last_enqueue_time"] == "2023-11-14 22:16:41 +0000"
+    (job,) = [json.loads(m) for m in r.lrange("queue:beats", 0, -1)]
+    assert list(job) == ["retry", "queue", "class", "args", "cron_name", "cron_tick", "jid",
+                         "created_at", "enqueued_at"]
+    assert job["enqueued_at"] == job["created_at"] and job["cron_tick"] == 1_700_000_201.0
+    assert r.smembers("queues") == {b"beats"}
+    assert r.zrange("cron_job:beat:enqueued", 0, -1) == [b"2023-11-14T22:16:41Z"]
+    assert json.loads(r.lindex("cron_job:beat:jid_history", 0))["jid"] == job["jid"]
+
+
+def test_a_ruby_sidekiq_cron_poller_that_took_the_tick_is_respected(r):
+    # sidekiq-cron marks a tick it pushed by ZADD of its ISO time; queued reads the same set
+    clock = Clock(1_700_000_300.5)
+    m = master(r, cfg(), clock)
+    m.tick()
+    r.zadd("cron_job:beat:enqueued", {"2023-11-14T22:18:21Z": 1_700_000_301.0})  # its :01
+    run([m], clock, 1_700_000_300.5, 2)
+    assert pushed(r) == [1_700_000_302.0]
+
+
+# --- which schedules, and the refusal at boot ----------------------------------------------------
+
+@pytest.fixture
+def python_schedules():
+    saved = dict(declared)
+    yield declared
+    declared.clear()
+    declared.update(saved)
+
+
+def test_periodic_decorator_on_a_job_class_and_a_function(python_schedules):
+    @queued.periodic("*/5 * * * *", queue="low", args=[1])
+    class Report(queued.Job):
+        def perform(self, n):
+            pass
+
+    @queued.periodic(every="10m", name="sweep")
+    @queued.job(queue="maint")
+    def sweeper():
+        pass
+
+    config = config_mod.from_dict({"queues": ["low"]}, environ=NO_ENV)
+    by_name = {s.name: s for s in server_periodic.schedules_for(config)}
+    assert by_name["Report"].klass == "Report" and by_name["Report"].args == (1,)
+    assert server_periodic.queue_of(by_name["sweep"]) == "maint"
+    server_periodic.check(config)  # both classes are registered: fine
+    with pytest.raises(ValueError, match="not a valid cron expression"):
+        queued.periodic("61 * * * *")
+    with pytest.raises(TypeError, match="queued.Job subclass"):
+        queued.periodic("* * * * *")(lambda: None)
+    queued.registry.unregister("Report")
+    queued.registry.unregister("sweeper")
+
+
+def test_an_unknown_class_is_refused_only_when_its_queue_is_served_here(tmp_path):
+    # A Ruby class for a queue a Ruby Sidekiq serves: queued pushes it, Sidekiq runs it
+    path = tmp_path / "sidekiq.yml"
+    block = ":scheduler:\n  :schedule:\n    ruby: {cron: '0 * * * *', class: RubyWorker, queue: ruby}\n"
+    path.write_text(block)
+    server_periodic.check(config_mod.load(["-C", str(path)], environ=NO_ENV))
+    # The same class for a queue this process serves: every job would fail here; refused
+    path.write_text(block + ":queues: [default, ruby]\n")
+    with pytest.raises(config_mod.ConfigError) as err:
+        server_periodic.check(config_mod.load(["-C", str(path)], environ=NO_ENV))
+    assert str(err.value).startswith(f"{path}: scheduler.schedule.ruby.class: 'RubyWorker' "
+                                     "is not a job class of this process")
