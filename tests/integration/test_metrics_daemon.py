@@ -107,6 +107,15 @@ def test_prometheus_and_redis_metrics_count_exactly_what_ran(daemon, producer, r
     assert fields["MetricsOk|ms"] >= 6 * 50 and "MetricsBad|ms" not in fields
     assert sum(grams["MetricsOk"]) == 8 and sum(grams["MetricsOk"][:3]) == 2  # the 50 ms ones
     assert "MetricsBad" not in grams  # failures have no time (Sidekiq's choice)
+    # And the dashboard's reader (queuedctl web's Metrics page) sees the same, over 1 h and
+    # over 24 h (from the 10-minute rollups)
+    from queued.admin.metrics import MetricsReader
+    from queued.keys import Keys
+    reader = MetricsReader(r, Keys())
+    for hours in (1, 24):
+        seen = {c.klass: (c.processed, c.failed, c.ms) for c in reader.top(hours).classes}
+        assert seen == {"MetricsOk": (8, 0, fields["MetricsOk|ms"]), "MetricsBad": (3, 3, 0)}
+    assert sum(reader.histogram("MetricsOk")) == 8
 
 
 def test_a_busy_worker_is_seen_and_the_server_stops_with_the_master(daemon, producer, r):
