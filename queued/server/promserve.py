@@ -58,13 +58,15 @@ class Collector:
         yield from self._jobs()
         views = self.table.views()
         core = self.core
-        busy = core.GaugeMetricFamily("queued_busy_workers", "Workers running a job now.",
+        busy = core.GaugeMetricFamily("queued_process_busy_workers", "This master's workers "
+                                      "running a job now.",
                                       value=sum(1 for v in views if v.busy))
-        slots = core.GaugeMetricFamily("queued_workers", "Worker processes this master runs "
-                                       "(its concurrency).", value=self.concurrency)
-        rss = core.GaugeMetricFamily("queued_rss_bytes", "Resident memory of the master and "
-                                     "of each worker.", labels=["process"])
-        for name, pid in [("master", os.getpid())] + [(f"w{v.slot}", v.pid) for v in views
+        slots = core.GaugeMetricFamily("queued_process_workers", "Worker processes this "
+                                       "master runs (its concurrency).",
+                                       value=self.concurrency)
+        rss = core.GaugeMetricFamily("queued_process_rss_bytes", "Resident memory of the master "
+                                     "and of each worker.", labels=["slot"])
+        for name, pid in [("master", os.getpid())] + [(str(v.slot), v.pid) for v in views
                                                        if v.pid]:
             try:
                 rss.add_metric([name], psutil.Process(pid).memory_info().rss)

@@ -31,7 +31,7 @@ def scrape(port: int) -> dict:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             labels = dict(s.labels)
-            key = tuple(labels.get(k) for k in ("class", "queue", "le", "process") if k in labels)
+            key = tuple(labels.get(k) for k in ("class", "queue", "le", "slot") if k in labels)
             out.setdefault(s.name, {})[key] = s.value
     return out
 
@@ -96,9 +96,9 @@ def test_prometheus_and_redis_metrics_count_exactly_what_ran(daemon, producer, r
     assert buckets[("MetricsOk", "default", "+Inf")] == 6
     assert len([k for k in buckets if k[:2] == ("MetricsOk", "low")]) == len(BUCKETS)
     assert 0.3 <= m["queued_job_duration_seconds_sum"][("MetricsOk", "default")] < 60
-    assert m["queued_workers"][()] == 2 and m["queued_busy_workers"][()] == 0
-    rss = m["queued_rss_bytes"]
-    assert set(rss) == {("master",), ("w0",), ("w1",)} and all(v > 1e6 for v in rss.values())
+    assert m["queued_process_workers"][()] == 2 and m["queued_process_busy_workers"][()] == 0
+    rss = m["queued_process_rss_bytes"]
+    assert set(rss) == {("master",), ("0",), ("1",)} and all(v > 1e6 for v in rss.values())
     # And the heartbeat wrote Sidekiq's per-minute hashes and histograms: the same counts
     want = {"MetricsOk|p": 8, "MetricsBad|p": 3, "MetricsBad|f": 3}
     fields, grams = wait_for(lambda: (lambda f: {k: v for k, v in f[0].items()
@@ -126,9 +126,9 @@ def test_a_busy_worker_is_seen_and_the_server_stops_with_the_master(daemon, prod
                  and c.status == psutil.CONN_LISTEN]
     assert [c.pid for c in listeners] == [d.pid]
     jobs.Gate.perform_async("busy")
-    wait_for(lambda: scrape(port)["queued_busy_workers"][()] == 1, what="one busy worker")
+    wait_for(lambda: scrape(port)["queued_process_busy_workers"][()] == 1, what="one busy worker")
     jobs.open_gate(r, "busy")
-    wait_for(lambda: scrape(port)["queued_busy_workers"][()] == 0, what="no busy worker")
+    wait_for(lambda: scrape(port)["queued_process_busy_workers"][()] == 0, what="no busy worker")
     assert jobs_of(scrape(port), "queued_jobs_processed_total") == {("Gate", "default"): 1}
     # TERM: a clean exit, and the port is free
     assert d.stop() == 0
@@ -187,7 +187,7 @@ def test_record_metrics_false_records_nothing_and_still_serves_the_gauges(daemon
     wait_for(lambda: r.get(metricsjobs.DONE) == b"3", what="the jobs")
     wait_for(lambda: r.get("stat:processed") == b"3", what="a heartbeat after them")
     m = scrape(port)
-    assert "queued_jobs_processed_total" not in m and m["queued_workers"][()] == 1
+    assert "queued_jobs_processed_total" not in m and m["queued_process_workers"][()] == 1
     assert list(r.scan_iter("j|*")) == []
 
 
