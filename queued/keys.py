@@ -10,6 +10,9 @@ This module owns names only; which module writes each key is noted beside it.
 from __future__ import annotations
 
 import time
+from datetime import datetime
+
+from . import metricskeys
 
 
 class Keys:
@@ -67,6 +70,22 @@ class Keys:
 
     def signals(self, identity: str) -> str:  # list of remote signals; heartbeat.py RPOPs
         return f"{self.ns}{identity}-signals"
+
+    # --- Sidekiq's per-class metrics (metricskeys.py has both layouts); metricsflush.py writes
+    def metrics_minute(self, t: datetime | float) -> str:  # hash, Sidekiq 8
+        return self.ns + metricskeys.minute_key(t)
+
+    def metrics_rollup(self, t: datetime | float) -> str:  # hash of 10 minutes, Sidekiq 8
+        return self.ns + metricskeys.rollup_key(t)
+
+    def metrics_histogram(self, klass: str, t: datetime | float) -> str:  # BITFIELD, Sidekiq 8
+        return self.ns + metricskeys.histogram_key(klass, t)
+
+    def metrics_minute_v7(self, t: datetime | float) -> str:  # hash, Sidekiq 7
+        return self.ns + metricskeys.minute_key_v7(t)
+
+    def metrics_histogram_v7(self, klass: str, t: datetime | float) -> str:  # Sidekiq 7
+        return self.ns + metricskeys.histogram_key_v7(klass, t)
 
     # --- queued's own keys ----------------------------------------------------------------
     def reserved(self, identity: str, slot: int) -> str:

@@ -11,8 +11,8 @@ from typing import Any
 
 from .periodic import Schedule, SchedulerOptions, parse_schedule, parse_scheduler
 from .redisopts import DEFAULT_REDIS_URL, RedisOptions, redis_options
-from .values import (Invalid, boolean, choice, error, integer, optional_integer, optional_seconds,
-                     path, queues, redis_url, seconds, strings, text, word)
+from .values import (Invalid, boolean, choice, error, host_port, integer, optional_integer,
+                     optional_seconds, path, queues, redis_url, seconds, strings, text, word)
 
 #: Read when no -C is given and it exists, as Sidekiq does (relative to the working directory).
 DEFAULT_CONFIG_FILE = os.path.join("config", "sidekiq.yml")
@@ -132,6 +132,12 @@ class Config:
         "listened_queues_only. See docs/periodic.md.")
     schedule: tuple[Schedule, ...] = _s((), parse_schedule, "The older top-level form of "
                                         "scheduler.schedule (sidekiq-scheduler 2-4); not both.")
+    metrics: tuple[str, int] | None = _s(None, host_port, "HOST:PORT where the master serves "
+                                         "Prometheus metrics at /metrics (needs the metrics "
+                                         "extra: pip install 'queued[metrics]'); off if unset.")
+    record_metrics: bool = _s(True, boolean, "Count each job class's runs, failures and run "
+                              "times (shared memory), written to Redis on each heartbeat in "
+                              "Sidekiq's metrics layouts and served at metrics:.")
 
     @property
     def queue_names(self) -> tuple[str, ...]:

@@ -197,3 +197,21 @@ def queues(value: Any) -> tuple[tuple[str, int | None], ...]:
             raise Invalid(f"{name} cannot be defined twice")
         seen[name] = weight
     return tuple(seen.items())
+
+
+HOST_PORT = "HOST:PORT (such as 127.0.0.1:9394 or [::1]:9394)"
+
+
+def host_port(value: Any) -> tuple[str, int] | None:
+    """An address to listen on, host required (a server binds only where it is told)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise expected(HOST_PORT, value)
+    host, sep, port = value.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or any(c.isspace() or c in "[]/" for c in host) \
+            or not port.isdigit() or not 0 < int(port) < 65536:
+        raise expected(HOST_PORT, value)
+    return host, int(port)

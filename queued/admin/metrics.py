@@ -14,40 +14,22 @@ from dataclasses import dataclass, field
 
 import redis as redis_lib
 
+from .. import metricskeys
 from ..keys import Keys
+from ..metricskeys import FIELD_FAILED, FIELD_MS, FIELD_PROCESSED, histogram_key, minute_key, \
+    rollup_key
 
 # --- the layout ---------------------------------------------------------------------------------
-# same layout as queued/metricskeys.py (h-metrics); the lead dedupes on merge
-# Facts from Sidekiq's lib/sidekiq/metrics/{shared,tracking,query}.rb: minute hashes
-# "j|%y%m%d|%-H:%M" (UTC, TTL 8 h) with fields "<Class>|p", "|f", "|ms" (time of successes only),
-# ten-minute rollups named by the minute key without its last digit (TTL 3 days), histograms
-# "h|<Class>-%-d-%-H:%-M" of 26 u16 counters, bucket i counting runs shorter than BUCKETS[i] ms.
-FIELD_PROCESSED, FIELD_FAILED, FIELD_MS = "p", "f", "ms"
-BUCKETS = (20, 30, 45, 65, 100, 150, 225, 335, 500, 750, 1100, 1700, 2500, 3800, 5750, 8500,
-           13000, 20000, 30000, 45000, 65000, 100000, 150000, 225000, 335000)
-LABELS = ("20ms", "30ms", "45ms", "65ms", "100ms", "150ms", "225ms", "335ms", "500ms", "750ms",
-          "1.1s", "1.7s", "2.5s", "3.8s", "5.75s", "8.5s", "13s", "20s", "30s", "45s", "65s",
-          "100s", "150s", "225s", "335s", "Slow")
-MINUTE_TTL_HOURS = 8     # minute hashes and histograms live this long
-MAX_HOURS = 72           # the longest period (ten-minute rollups live 3 days)
-
-
-def minute_key(t: float) -> str:
-    g = time.gmtime(t)
-    return f"j|{g.tm_year % 100:02d}{g.tm_mon:02d}{g.tm_mday:02d}|{g.tm_hour}:{g.tm_min:02d}"
-
-
-def rollup_key(t: float) -> str:
-    """The ten-minute hash holding ``t`` ("j|250214|8:4" holds 08:40-08:49)."""
-    return minute_key(t)[:-1]
-
-
-def histogram_key(klass: str, t: float) -> str:
-    g = time.gmtime(t)
-    return f"h|{klass}-{g.tm_mday}-{g.tm_hour}:{g.tm_min}"
-
-
-_FETCH = [a for i in range(len(LABELS)) for a in ("GET", "u16", f"#{i}")]
+# Sidekiq 8's layout, from queued/metricskeys.py (the daemon writes it, and Sidekiq 7's beside it):
+# minute hashes "j|%y%m%d|%-H:%M" (UTC, TTL 8 h) with fields "<Class>|p", "|f", "|ms" (time of
+# successes only), ten-minute rollups named by the minute key without its last digit (TTL 3
+# days), histograms "h|<Class>-%-d-%-H:%-M" of 26 u16 counters, bucket i counting runs shorter
+# than BUCKETS[i] ms (the last, "Slow", everything longer).
+BUCKETS = metricskeys.BUCKETS[:-1]  # the finite bounds
+LABELS = metricskeys.BUCKET_LABELS
+MINUTE_TTL_HOURS = metricskeys.MINUTE_TTL // 3600  # minute hashes and histograms live this long
+MAX_HOURS = metricskeys.ROLLUP_TTL // 3600  # the longest period (ten-minute rollups live 3 days)
+_FETCH = metricskeys.histogram_fetch_args()
 
 
 # --- what is read -------------------------------------------------------------------------------

@@ -26,8 +26,10 @@ KEY_LOG_INTERVAL = 60.0
 
 class Exits:
     def __init__(self, r: redis.Redis, keys, identity: str, config, table: SlotTable,
-                 notes: Notes, redis_error: Callable[[str, Exception], None]):
+                 notes: Notes, redis_error: Callable[[str, Exception], None],
+                 count_failure: Callable[[str, str], None] = lambda job_class, queue: None):
         self.r = r
+        self.count_failure = count_failure  # the per-class metrics' (jobmetrics.py)
         self.keys = keys
         self.identity = identity
         self.config = config
@@ -63,6 +65,8 @@ class Exits:
             return
         if failed:
             # The dead worker never counted this job; count it for the stats (the slot is free)
+            v = self.table.read(slot, writer_alive=False)
+            self.count_failure(v.job_class, v.queue)
             SlotWriter(self.table, slot, 0).end(failed=True)
         if held is not None:
             self.held.append(held)

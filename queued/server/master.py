@@ -28,6 +28,7 @@ from . import log as logsetup
 from ..connection import make_redis
 from ..errors import EXIT_REDIS_ERROR
 from .heartbeat import Heartbeat, new_identity
+from .jobmetrics import JobMetrics
 from .periodic import Periodic
 from ..keys import Keys
 from .notify import Notifier
@@ -87,10 +88,11 @@ class Master:
         self.waker = Waker(self.r, self.keys, config.queue_names, self.watch,
                            config.fetch_timeout)
         self.lease_ms = int(config.lease_timeout * 1000)
+        self.jobmetrics = JobMetrics(config, self.r, self.keys, self.table)  # before any fork
         self.children = Children(config, self.table, self.watch, self._make_worker,
                                  self._in_child, SIGNALS)
         self.exits = Exits(self.r, self.keys, self.identity, config, self.table, self.notes,
-                           self._redis_error)
+                           self._redis_error, self.jobmetrics.count_failure)
         # HUP: the job code (appcode.AppCode, from cli) and the config file, read again
         self.rollout = Rollout(self.children, code, reread or (lambda: self.config))
         self.shown_title = ""
@@ -104,7 +106,9 @@ class Master:
         log.info("queued %s starting: identity=%s concurrency=%d queues=%s%s", titles.__version__,
                  self.identity, self.config.concurrency, ",".join(self.config.queue_names),
                  "" if self.config.strict else " (weighted)")
+        self.jobmetrics.start()  # /metrics answers even while Redis is away
         if not self._connect():
+            self.jobmetrics.stop()
             return 0
         events.fire("startup")
         try:
@@ -197,7 +201,8 @@ class Master:
     def _finish(self) -> None:
         events.fire("shutdown")
         views = self.table.views()
-        steps = [lambda: self.heartbeat.clear(views), self.scheduler.resign]
+        steps = [lambda: self.heartbeat.clear(views), self.jobmetrics.flush,
+                 self.scheduler.resign]
         # The registration must stay while this master's slots may hold jobs (a worker still
         # alive because the loop ended on an error, a slot not put back, a failure not
         # written): it is how another master finds them once the lease expires.
@@ -209,6 +214,7 @@ class Master:
             except (redis.RedisError, OSError) as e:
                 log.warning("could not clear this process's record at exit: %s", e)
         self.waker.close()
+        self.jobmetrics.stop()
         titles.set_title(titles.master_title(self.config.tag, 0, self.config.concurrency,
                                              "stopped"))
 
@@ -355,7 +361,7 @@ class Master:
 
     def _make_worker(self, slot: int) -> Worker:
         return Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid(),
-                      self.notes, self.watch, self.waker.idle_w)
+                      self.notes, self.watch, self.waker.idle_w, metrics=self.jobmetrics.table)
 
     def _in_child(self) -> None:
         """In a freshly forked worker: forget the master's plumbing."""
@@ -364,6 +370,7 @@ class Master:
         os.close(self.wake_r)
         os.close(self.wake_w)
         os.close(self.waker.idle_r)
+        self.jobmetrics.in_child()
 
     def _spawn(self) -> None:
         if self.state == RUNNING:
@@ -455,6 +462,7 @@ class Master:
                 self.scheduler.elect()
             self._reap_expired()
             self.exits.write_held()
+            self.jobmetrics.flush()
         except (redis.RedisError, OSError) as e:  # see _redis_error
             self._redis_error("heartbeat", e)
             return

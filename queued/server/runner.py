@@ -47,7 +47,7 @@ LOG_INTERVAL = 60.0
 class Runner:
     def __init__(self, config, keys, slot: int, fetcher: Fetcher, writer, title, notes,
                  joblog, outage: Callable[[Exception, float], None],
-                 stopping: Callable[[], bool]):
+                 stopping: Callable[[], bool], recorder=None):
         self.config = config
         self.keys = keys
         self.slot = slot
@@ -58,6 +58,7 @@ class Runner:
         self.joblog = joblog
         self.outage = outage        # the worker's "Redis is away: log once, back off" step
         self.stopping = stopping
+        self.recorder = recorder  # per-class metrics (metrics.Recorder), or None
         #: Failures Redis refused to store (fail.lua): (reservation, kind, score, payload,
         #: queue, task move).
         self.held: list[tuple[Reservation, str, float, str | bytes, str,
@@ -131,7 +132,10 @@ class Runner:
         self._learn(msg["class"], elapsed)
         logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], elapsed, res.queue))
         self._ended(res, msg, cls, job, error, task_id)
-        self.writer.end(error is not None and not isinstance(error, ops.Release))
+        failed = error is not None and not isinstance(error, ops.Release)
+        if self.recorder is not None:
+            self.recorder.record(msg, res.queue, elapsed, failed)
+        self.writer.end(failed)
 
     def _ended(self, res: Reservation, msg: dict, cls, job, error: BaseException | None,
                task_id: str | None) -> None:

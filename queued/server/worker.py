@@ -57,7 +57,7 @@ class Worker:
 
     def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int,
                  notes: Notes | None = None, watch: Watch | None = None,
-                 idle_fd: int | None = None):
+                 idle_fd: int | None = None, metrics=None):
         self.config = config
         self.notes = notes if notes is not None else Notes(note_labels(config))
         self.watch = watch if watch is not None else Watch(config.concurrency)
@@ -72,6 +72,7 @@ class Worker:
         self.blocking = False
         self.reopen_logs = False
         self.batch = 1
+        self.metrics = metrics  # the per-class metrics table (metrics.py), or None
 
     # --- process setup -----------------------------------------------------------------------
     def run(self) -> None:
@@ -120,7 +121,8 @@ class Worker:
         self.title = titles.WorkerTitle(cfg.tag, self.slot)
         self.title.idle()
         self.runner = Runner(cfg, self.keys, self.slot, self.fetcher, self.writer, self.title,
-                             self.notes, self.joblog, self._outage, lambda: self.stopping)
+                             self.notes, self.joblog, self._outage, lambda: self.stopping,
+                             self.metrics.recorder(self.slot) if self.metrics else None)
         self.recycler = Recycler.of(cfg)
         why = self.recycler and self.recycler.check_start()
         if why and self.notes.due("rss at start", LOG_INTERVAL):

@@ -1,0 +1,212 @@
+"""Per-class metrics of a real daemon: Prometheus at ``metrics: HOST:PORT`` (parsed with the
+client library's parser) and Sidekiq's per-minute Redis keys, exact after workers die."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import jobs
+import metricsjobs
+from conftest import free_port
+from harness import counts, wait_for
+from queued.errors import EXIT_CONFIG_ERROR
+from queued.metricskeys import BUCKETS, histogram_fetch_args
+
+REQUIRE = ("jobs.py", "metricsjobs.py")
+
+
+def scrape(port: int) -> dict:
+    """{sample name: {(class, queue) or (): value}} of what /metrics serves now."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        assert resp.status == 200
+        text = resp.read().decode()
+    out: dict = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = dict(s.labels)
+            key = tuple(labels.get(k) for k in ("class", "queue", "le", "slot") if k in labels)
+            out.setdefault(s.name, {})[key] = s.value
+    return out
+
+
+def jobs_of(m: dict, name: str) -> dict:
+    return {k: int(v) for k, v in m.get(name, {}).items()}
+
+
+def redis_metrics(r) -> tuple[dict, dict]:
+    """Sidekiq 8's minute hashes and histograms summed over every minute written:
+    ({field: n}, {class: [26 buckets]}), when Sidekiq 7's are the same (else empty)."""
+    def hashes(pattern: str) -> dict:
+        fields: dict = {}
+        for key in r.scan_iter(pattern):
+            for f, v in r.hgetall(key).items():
+                fields[f.decode()] = fields.get(f.decode(), 0) + int(v)
+        return fields
+
+    def grams(prefix: str) -> dict:
+        out: dict = {}
+        for klass in ("MetricsOk", "MetricsBad", "Gate", "Crash"):
+            for key in r.scan_iter(f"{prefix}{klass}-*"):
+                got = r.execute_command("BITFIELD_RO", key, *histogram_fetch_args())
+                out[klass] = [a + b for a, b in zip(out.get(klass, [0] * 26), got)]
+        return out
+
+    # Sidekiq 8's, then Sidekiq 7's: one MULTI writes both, but a flush may land between the
+    # two reads; then they differ and the caller's wait_for reads again
+    sidekiq8 = hashes("j|" + "[0-9]" * 6 + "|*:[0-9][0-9]"), grams("h|")
+    sidekiq7 = hashes("j|" + "[0-9]" * 8 + "|*"), grams("")
+    return sidekiq8 if sidekiq8 == sidekiq7 else ({}, {})
+
+
+def push(producer_cls, n, queue="default", *args):
+    for _ in range(n):
+        producer_cls.set(queue=queue).perform_async(*args)
+
+
+def test_prometheus_and_redis_metrics_count_exactly_what_ran(daemon, producer, r):
+    # Given a daemon serving Prometheus on a free loopback port, with two queues
+    port = free_port()
+    d = daemon(require=REQUIRE, concurrency=2, queues=["default", "low"],
+               metrics=f"127.0.0.1:{port}")
+    # When jobs of two classes run, some of them failing, one on another queue
+    push(metricsjobs.MetricsOk, 6, "default", 0.05)
+    push(metricsjobs.MetricsOk, 2, "low")
+    push(metricsjobs.MetricsBad, 3)
+    wait_for(lambda: r.get(metricsjobs.DONE) == b"8" and r.zcard("dead") == 3, 20,
+             what="every job to end")
+    # Then /metrics counts each (class, queue) exactly
+    expected = {("MetricsOk", "default"): 6, ("MetricsOk", "low"): 2, ("MetricsBad", "default"): 3}
+    m = wait_for(lambda: (lambda m: jobs_of(m, "queued_jobs_processed_total") == expected and m)(
+        scrape(port)), 10, what="the processed counters")
+    assert jobs_of(m, "queued_jobs_failed_total") == {
+        ("MetricsOk", "default"): 0, ("MetricsOk", "low"): 0, ("MetricsBad", "default"): 3}
+    # and the duration histograms hold the successful runs: each 50 ms sleep in a bucket at or
+    # above 45-65 ms, none below; counts cumulative up to +Inf
+    assert jobs_of(m, "queued_job_duration_seconds_count") == {
+        ("MetricsOk", "default"): 6, ("MetricsOk", "low"): 2, ("MetricsBad", "default"): 0}
+    buckets = m["queued_job_duration_seconds_bucket"]
+    assert buckets[("MetricsOk", "default", "0.045")] == 0
+    assert buckets[("MetricsOk", "default", "+Inf")] == 6
+    assert len([k for k in buckets if k[:2] == ("MetricsOk", "low")]) == len(BUCKETS)
+    assert 0.3 <= m["queued_job_duration_seconds_sum"][("MetricsOk", "default")] < 60
+    assert m["queued_process_workers"][()] == 2 and m["queued_process_busy_workers"][()] == 0
+    rss = m["queued_process_rss_bytes"]
+    assert set(rss) == {("master",), ("0",), ("1",)} and all(v > 1e6 for v in rss.values())
+    # And the heartbeat wrote Sidekiq's per-minute hashes and histograms: the same counts
+    want = {"MetricsOk|p": 8, "MetricsBad|p": 3, "MetricsBad|f": 3}
+    fields, grams = wait_for(lambda: (lambda f: {k: v for k, v in f[0].items()
+                                                 if not k.endswith("|ms")} == want and f)(
+        redis_metrics(r)), 10, what="the flush to Redis")
+    assert fields["MetricsOk|ms"] >= 6 * 50 and "MetricsBad|ms" not in fields
+    assert sum(grams["MetricsOk"]) == 8 and sum(grams["MetricsOk"][:3]) == 2  # the 50 ms ones
+    assert "MetricsBad" not in grams  # failures have no time (Sidekiq's choice)
+    # And the dashboard's reader (queuedctl web's Metrics page) sees the same, over 1 h and
+    # over 24 h (from the 10-minute rollups)
+    from queued.admin.metrics import MetricsReader
+    from queued.keys import Keys
+    reader = MetricsReader(r, Keys())
+    for hours in (1, 24):
+        seen = {c.klass: (c.processed, c.failed, c.ms) for c in reader.top(hours).classes}
+        assert seen == {"MetricsOk": (8, 0, fields["MetricsOk|ms"]), "MetricsBad": (3, 3, 0)}
+    assert sum(reader.histogram("MetricsOk")) == 8
+
+
+def test_a_busy_worker_is_seen_and_the_server_stops_with_the_master(daemon, producer, r):
+    port = free_port()
+    d = daemon(concurrency=2, metrics=f"127.0.0.1:{port}")
+    # the workers do not hold the listening socket: only the master listens
+    listeners = [c for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
+                 and c.status == psutil.CONN_LISTEN]
+    assert [c.pid for c in listeners] == [d.pid]
+    jobs.Gate.perform_async("busy")
+    wait_for(lambda: scrape(port)["queued_process_busy_workers"][()] == 1, what="one busy worker")
+    jobs.open_gate(r, "busy")
+    wait_for(lambda: scrape(port)["queued_process_busy_workers"][()] == 0, what="no busy worker")
+    assert jobs_of(scrape(port), "queued_jobs_processed_total") == {("Gate", "default"): 1}
+    # TERM: a clean exit, and the port is free
+    assert d.stop() == 0
+    with pytest.raises(urllib.error.URLError):
+        scrape(port)
+    with socket.socket() as s:  # (REUSEADDR: our scrapes' connections are in TIME_WAIT)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen()
+
+
+def test_counts_survive_workers_killed_between_jobs_and_under_a_job(daemon, producer, r):
+    port = free_port()
+    d = daemon(require=REQUIRE, concurrency=2, metrics=f"127.0.0.1:{port}")
+    push(metricsjobs.MetricsOk, 5)
+    wait_for(lambda: r.get(metricsjobs.DONE) == b"5", what="the first jobs")
+    # When both workers are killed between jobs, and replaced
+    old = set(d.worker_pids())
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: len(set(d.worker_pids()) - old) == 2, what="two new workers")
+    # and a job kills its own worker once (requeued, it runs again and succeeds)
+    jobs.Crash.perform_async("kill", 1)
+    wait_for(lambda: sum(counts(r, jobs.DONE).values()) == 1, 20, what="the crash job's rerun")
+    push(metricsjobs.MetricsOk, 4)
+    wait_for(lambda: r.get(metricsjobs.DONE) == b"9", what="the later jobs")
+    # Then nothing counted before the kills is lost, and the crashed run is not a failure
+    want = {("MetricsOk", "default"): 9, ("Crash", "default"): 1}
+    wait_for(lambda: jobs_of(scrape(port), "queued_jobs_processed_total") == want,
+             what="every run counted")
+    assert jobs_of(scrape(port), "queued_jobs_failed_total") == {
+        ("MetricsOk", "default"): 0, ("Crash", "default"): 0}
+    wait_for(lambda: (lambda f, g: f.get("MetricsOk|p") == 9 and sum(g["MetricsOk"]) == 9)(
+        *redis_metrics(r)), what="Redis counts")
+
+
+def test_a_job_the_master_fails_after_its_worker_died_is_counted_failed(daemon, producer, r):
+    # Given a job that kills its worker every time (max_crashes 2: the master fails it)
+    port = free_port()
+    d = daemon(concurrency=1, max_crashes=2, metrics=f"127.0.0.1:{port}")
+    jobs.Crash.set(retry=0).perform_async("kill")
+    wait_for(lambda: r.zcard("dead") == 1, 20, what="the poison job in dead")
+    # Then it is one processed, failed job of its class, as in stat:failed
+    m = wait_for(lambda: (lambda m: m.get("queued_jobs_processed_total") and m)(scrape(port)),
+                 what="a counter")
+    assert jobs_of(m, "queued_jobs_processed_total") == {("Crash", "default"): 1}
+    assert jobs_of(m, "queued_jobs_failed_total") == {("Crash", "default"): 1}
+    wait_for(lambda: redis_metrics(r)[0] == {"Crash|p": 1, "Crash|f": 1}, what="Redis counts")
+    assert r.get("stat:failed") == b"1"
+
+
+def test_record_metrics_false_records_nothing_and_still_serves_the_gauges(daemon, producer, r):
+    port = free_port()
+    d = daemon(require=REQUIRE, concurrency=1, record_metrics=False, metrics=f"127.0.0.1:{port}")
+    push(metricsjobs.MetricsOk, 3)
+    wait_for(lambda: r.get(metricsjobs.DONE) == b"3", what="the jobs")
+    wait_for(lambda: r.get("stat:processed") == b"3", what="a heartbeat after them")
+    m = scrape(port)
+    assert "queued_jobs_processed_total" not in m and m["queued_process_workers"][()] == 1
+    assert list(r.scan_iter("j|*")) == []
+
+
+def test_refused_at_boot_without_prometheus_client_or_when_the_port_is_taken(daemon, tmp_path):
+    # Given prometheus_client not importable (a package of that name that fails to import)
+    shadow = tmp_path / "shadow" / "prometheus_client"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no prometheus_client here')\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", ""),
+                                          os.path.dirname(os.path.dirname(jobs.__file__))])}
+    d = daemon(metrics="127.0.0.1:9", env=env, wait=False)
+    assert d.wait(30) == EXIT_CONFIG_ERROR
+    assert (f"queued: {d.config}: metrics: serving Prometheus needs the prometheus_client "
+            "package") in d.output()
+    # And with the port taken by someone else
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        d = daemon(metrics=f"127.0.0.1:{port}", wait=False)
+        assert d.wait(30) == EXIT_CONFIG_ERROR
+    assert f"{d.config}: metrics: cannot listen on 127.0.0.1:{port}" in d.output()
