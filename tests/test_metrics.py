@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
+import pytest
+
 from queued.keys import Keys
 from queued.metricskeys import HISTOGRAM_TTL, MINUTE_TTL, ROLLUP_TTL, histogram_fetch_args
 from queued.server.metrics import OTHER, READ_TRIES, MetricsTable
@@ -199,3 +201,16 @@ def test_a_bad_metrics_address_is_a_config_error_naming_the_file_and_the_key():
         with pytest.raises(config.ConfigError) as e:
             config.from_dict({"metrics": bad}, source="/etc/queued/sidekiq.yml")
         assert str(e.value).startswith("/etc/queued/sidekiq.yml: metrics: expected HOST:PORT")
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_every_worker_slot_the_spare_included_has_a_region_apart_from_the_masters(concurrency):
+    from types import SimpleNamespace
+    from queued.server.jobmetrics import JobMetrics
+    from queued.server.slots import slot_count
+    config = SimpleNamespace(concurrency=concurrency, record_metrics=True, metrics=None)
+    table = JobMetrics(config, None, None, None).table
+    # (a worker in the spare slot of a rolling restart writing into the master's region
+    # would be two writers on one region)
+    assert table.master_region not in range(slot_count(concurrency))
+    assert table.regions == slot_count(concurrency) + 1

@@ -165,6 +165,27 @@ def test_counts_survive_workers_killed_between_jobs_and_under_a_job(daemon, prod
         *redis_metrics(r)), what="Redis counts")
 
 
+def test_counts_stay_exact_across_a_rolling_restart(daemon, producer, r):
+    # Given a daemon with metrics whose workers are replaced one by one on HUP (the new one
+    # starts in the spare slot, which has its own region, not the master's)
+    port = free_port()
+    d = daemon(require=REQUIRE, concurrency=2, metrics=f"127.0.0.1:{port}")
+    push(metricsjobs.MetricsOk, 5)
+    wait_for(lambda: r.get(metricsjobs.DONE) == b"5", what="the first jobs")
+    old = set(d.worker_pids())
+    # When it restarts its workers, and runs jobs before and after
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: len(set(d.worker_pids()) - old) == 2 and not old & set(d.worker_pids()),
+             30, what="both workers replaced")
+    push(metricsjobs.MetricsOk, 6)
+    wait_for(lambda: r.get(metricsjobs.DONE) == b"11", what="the later jobs")
+    # Then every run is counted once, in Prometheus and in Redis
+    wait_for(lambda: jobs_of(scrape(port), "queued_jobs_processed_total") ==
+             {("MetricsOk", "default"): 11}, what="every run counted")
+    wait_for(lambda: (lambda f, g: f.get("MetricsOk|p") == 11 and sum(g["MetricsOk"]) == 11)(
+        *redis_metrics(r)), what="Redis counts")
+
+
 def test_a_job_the_master_fails_after_its_worker_died_is_counted_failed(daemon, producer, r):
     # Given a job that kills its worker every time (max_crashes 2: the master fails it)
     port = free_port()
