@@ -20,6 +20,7 @@ from ..connection import Script
 from ..payload import dumps, with_field
 from ..keys import Keys
 from .entries import Entry, Filter
+from .taskmarks import mark_removed
 
 MOVE = Script(os.path.join(os.path.dirname(__file__), "lua"), "move")
 
@@ -32,6 +33,8 @@ KICKS = "kick_count"
 DEAD_TIMEOUT, DEAD_MAX_JOBS = 180 * 24 * 3600, 10_000
 
 Progress = Callable[[int, int], None]  # (examined so far, acted on so far)
+#: How a set reads in a removed task job's error ("deleted by an operator from the retry set").
+WHERE = {"schedule": "the schedule", "retry": "the retry set", "dead": "the dead set"}
 
 
 class JobSet:
@@ -157,11 +160,15 @@ class JobSet:
         now = time.time()
         keys = [self.key, self.keys.queues, self.keys.dead]
         args: list = [action, repr(now), repr(now - DEAD_TIMEOUT), -DEAD_MAX_JOBS]
+        entries = list(entries)
         for entry in entries:
             data, queue = self._written(action, entry, now, score)
             keys.append(self.keys.queue(queue) if action == "queue" else self.key)
             args += [entry.raw, data, queue]
-        done, left = MOVE(self.r, keys, args)
+        done, left, tasks = MOVE(self.r, keys, args)
+        if tasks and action in ("delete", "dead"):
+            mark_removed(self.r, self.keys, [entries[i - 1] for i in tasks], action,
+                         WHERE[self.name])
         return [int(done), int(left)]
 
     def _written(self, action: str, entry: Entry, now: float, score: float):

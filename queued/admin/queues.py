@@ -13,6 +13,7 @@ import redis as redis_lib
 from ..payload import to_epoch
 from ..keys import Keys
 from .entries import Entry, Filter
+from .taskmarks import mark_removed
 
 Progress = Callable[[int, int], None]  # (examined so far, removed so far)
 
@@ -84,7 +85,10 @@ class Queue:
 
     def delete(self, entry: Entry) -> bool:
         """Remove this job (these exact bytes) from the queue, if it is still there."""
-        return self.r.lrem(self.key, 1, entry.raw) == 1
+        if self.r.lrem(self.key, 1, entry.raw) != 1:
+            return False
+        mark_removed(self.r, self.keys, [entry], "delete", f"queue {self.name}")
+        return True
 
     def delete_all(self, where: Filter | None = None, progress: Progress | None = None,
                    batch: int = 500) -> int:
@@ -99,9 +103,13 @@ class Queue:
         done = 0
         for start in range(0, len(matches), batch):
             pipe = self.r.pipeline(transaction=False)
-            for entry in matches[start:start + batch]:
+            chunk = matches[start:start + batch]
+            for entry in chunk:
                 pipe.lrem(self.key, 1, entry.raw)
-            done += sum(pipe.execute())
+            removed = pipe.execute()
+            done += sum(removed)
+            mark_removed(self.r, self.keys, [e for e, n in zip(chunk, removed) if n],
+                         "delete", f"queue {self.name}")
             if progress:
                 progress(min(start + batch, len(matches)), done)
         return done

@@ -12,7 +12,9 @@
 -- ARGV[3]     dead trim: remove scores <= this; ARGV[4]: ZREMRANGEBYRANK dead 0 ARGV[4]
 -- then        per job: the member as it is in KEYS[1], the payload to write (queue, dead) or
 --             the new score (score), the queue name
--- Returns {jobs acted on, jobs left because their destination holds another Redis type}.
+-- Returns {jobs acted on, jobs left because their destination holds another Redis type, the
+-- positions (1-based) of the jobs removed (delete, dead) whose member names a task_id: the
+-- caller tells their tasks (taskmarks.py)}.
 --
 -- Destinations are type-checked before each job's first write (no rollback in a script).
 local action = ARGV[1]
@@ -28,6 +30,7 @@ if action == 'dead' and not usable(KEYS[3], 'zset') then
   return {0, (#ARGV - 4) / 3}
 end
 local done, left = 0, 0
+local tasks = {}  -- positions of removed jobs of a task
 local added = {}  -- queue names SADDed to the queues set in this call
 local k = 4
 for i = 5, #ARGV, 3 do
@@ -46,6 +49,9 @@ for i = 5, #ARGV, 3 do
     elseif action == 'dead' then
       redis.call('ZADD', KEYS[3], ARGV[2], data)
     end
+    if action ~= 'queue' and string.find(member, '"task_id"', 1, true) then
+      tasks[#tasks + 1] = (i - 2) / 3
+    end
     done = done + 1
   end
   k = k + 1
@@ -54,4 +60,4 @@ if action == 'dead' and done > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
   redis.call('ZREMRANGEBYRANK', KEYS[3], 0, ARGV[4])
 end
-return {done, left}
+return {done, left, tasks}
