@@ -21,7 +21,7 @@ class Listing(queued.Job):
         pass
 
 
-class WhenDone(queued.Job):
+class RemovalsDone(queued.Job):
     queued_options = {"queue": "callbacks"}
 
     def perform(self, task_id, summary):
@@ -53,7 +53,7 @@ def states(r, task):
 
 def test_removed_jobs_become_final_errors_and_the_task_completes(producer, r):
     # Given a task of three jobs: one retrying, one dead, one waiting in its queue
-    task = Task("removals", on_complete=WhenDone)
+    task = Task("removals", on_complete=RemovalsDone)
     with task:
         retrying, dead, waiting = Listing.perform_bulk([[1], [2], [3]])
     fail_into(r, "retry", retrying, final=False)
