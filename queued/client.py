@@ -143,15 +143,7 @@ class Client:
 
     def _run_middleware(self, msg: dict) -> bool:
         """True if the chain reached the end (the push goes ahead); msg may be changed."""
-        reached = False
-
-        def final() -> dict:
-            nonlocal reached
-            reached = True
-            return msg
-
-        self.middleware.invoke(msg["class"], msg, msg["queue"], final)
-        return reached
+        return self.middleware.reaches_end(msg["class"], msg, msg["queue"])
 
     # --- pushing ---
     def push(self, item: Mapping) -> str | None:

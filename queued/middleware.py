@@ -76,6 +76,20 @@ class Chain:
 
         return step(0)
 
+    def reaches_end(self, job: Any, msg: dict, queue: str) -> bool:
+        """Run the chain around nothing: True if every middleware called the next link (a
+        push goes ahead), False if one stopped it (a client middleware cancelling a push).
+        ``msg`` may be changed on the way; exceptions go to the caller."""
+        reached = False
+
+        def final() -> dict:
+            nonlocal reached
+            reached = True
+            return msg
+
+        self.invoke(job, msg, queue, final)
+        return reached
+
 
 #: Runs around every push made by queued's client (client.py).
 client_middleware = Chain()

@@ -198,15 +198,8 @@ class Periodic:
         jobs). Every master racing for a tick runs it; one push lands."""
         if not len(client_middleware):
             return msg
-        reached = False
-
-        def final() -> dict:
-            nonlocal reached
-            reached = True
-            return msg
-
         try:
-            client_middleware.invoke(msg["class"], msg, msg["queue"], final)
+            reached = client_middleware.reaches_end(msg["class"], msg, msg["queue"])
         except Exception:  # noqa: BLE001 - a broken middleware must not stop the schedules
             log.exception("client middleware raised on periodic job %s; pushed as it was",
                           msg.get(CRON_FIELD))

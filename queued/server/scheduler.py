@@ -151,15 +151,8 @@ class Scheduler:
 
     def _through_middleware(self, member: bytes, msg: dict, queue: str,
                             now: float) -> tuple[str, bytes | str, str]:
-        reached = False
-
-        def final() -> dict:
-            nonlocal reached
-            reached = True
-            return msg
-
         try:
-            client_middleware.invoke(msg.get("class"), msg, queue, final)
+            reached = client_middleware.reaches_end(msg.get("class"), msg, queue)
         except Exception:  # noqa: BLE001 - a broken middleware must not stop the scheduler
             log.exception("client middleware raised on a due job (jid=%s); enqueued as it was",
                           msg.get("jid"))
