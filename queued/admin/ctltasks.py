@@ -118,7 +118,7 @@ def _render(doc: dict, now: float, shown: list[dict]):
     done = final(p)
     title = Text(f"task {doc['id']}  {doc['description']}".rstrip())
     line = Table.grid(padding=(0, 1))
-    line.add_row(ProgressBar(total=max(total, 1), completed=done, width=40),
+    line.add_row(ProgressBar(total=max(total, 1), completed=done, width=30),
                  Text(f"{done:,}/{total:,} final  {_percent(done, total)}  {doc['state']}"
                       f"  (made {out.when(doc['created_at'], now)})"))
     counts = Table(show_header=True, title=None)
