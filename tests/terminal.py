@@ -62,8 +62,7 @@ class TerminalDaemon(Daemon):
             os.close(slave)
         self._master_pid = wait_for(self._forked, 10, what="the shell to start queued")
         if wait:
-            wait_for(lambda: len(self.worker_pids()) >= 1 and self.identity(), 15,
-                     what="daemon boot")
+            self.wait_up()
         return self
 
     def _forked(self) -> int | None:
