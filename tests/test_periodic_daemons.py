@@ -7,7 +7,9 @@ so every pushed job stays in its list and the test reads the ticks from the payl
 from __future__ import annotations
 
 import json
+import signal
 import statistics
+import time
 
 import pytest
 
@@ -107,3 +109,18 @@ def test_a_schedule_of_a_class_nobody_here_serves_is_refused_at_boot(daemon, r):
     assert (f"queued: {d.config}: scheduler.schedule.typo.class: 'Tik' is not a job class of "
             "this process") in d.output()
     assert r.scard("cron_jobs") == 0
+
+
+def test_a_master_frozen_across_ticks_pushes_each_of_them_late(daemon, r):
+    # Given one master with an every-second schedule
+    d = daemon(**settings())
+    wait_for(lambda: len(ticks(r)) >= 2, 10, what="the first ticks")
+    # When it is frozen (SIGSTOP: a stalled host, a loaded box) across three ticks
+    d.signal(signal.SIGSTOP)
+    frozen_at = time.time()
+    time.sleep(3.5)  # (not a wait for something: the time it stays frozen)
+    d.signal(signal.SIGCONT)
+    # Then once it runs again it pushes each tick it missed, late (docs/periodic.md: "a tick is
+    # pushed late, up to 60 s after its time"), not only the latest one
+    wait_for(lambda: ticks(r)[-1] >= frozen_at + 4, 10, what="ticks after the thaw")
+    assert_each_tick_once(ticks(r))
