@@ -223,7 +223,10 @@ def test_two_masters_reaping_the_same_dead_host_requeue_each_job_once(daemon, pr
     assert sorted(queued) == sorted(jids)
     assert held(r) == 0
     wait_for(lambda: all(o.identity() for o in others), 10, what="both masters up")
-    reaps = [o.output().count(f"master {dead_identity} stopped renewing") for o in others]
+    said = f"master {dead_identity} stopped renewing"
+    # (the line comes after the reap: wait for it, then count exactly)
+    wait_for(lambda: any(said in o.output() for o in others), 10, what="the reap's log line")
+    reaps = [o.output().count(said) for o in others]
     assert sorted(reaps) == [0, 1]
     for o in others:
         assert o.stop() == 0
