@@ -164,7 +164,8 @@ def test_when_the_master_alone_dies_its_workers_die_with_it_and_the_job_runs_onc
     # Then its workers die at once (the kernel SIGKILLs them: PR_SET_PDEATHSIG), instead of
     # finishing a job that another master takes back and runs once the lease expires: with
     # a TERM they ran it to its end while it ran again elsewhere, twice at the same time
-    wait_for(lambda: not any(pid_alive(p) for p in workers), 2, what="orphans to die")
+    # (10 s bounds only a failure: the job would run until its gate opens, much later)
+    wait_for(lambda: not any(pid_alive(p) for p in workers), 10, what="orphans to die")
     assert done(r) == {}
     # And once the lease is gone the job goes back to its queue, and a daemon serving that
     # queue runs it again, once
