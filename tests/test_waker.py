@@ -140,10 +140,11 @@ def test_keys_of_other_queues_and_other_prefixes_are_ignored(r, redis_url, waker
 
 
 def test_a_worker_that_blocks_after_the_push_is_woken_when_it_says_so(r, redis_url, waker):
-    # Given a push to b while no worker is blocked (both busy)
+    # Given a push to b, read by the waker while no worker is blocked (both busy)
     waker.step()
     r.lpush(K.queue("b"), b"job")
-    assert settle(waker, lambda: waker.pending)
+    read_through(waker, r)  # (pending was not empty before: set up, it looks at every queue)
+    assert QUEUES.index("b") in waker.pending
     # When a worker blocks on a afterwards and says so through the idle pipe
     sleeper = Sleeper(redis_url, waker.watch, 1, "a")
     assert settle(waker, lambda: sleeper.blocked(r))
