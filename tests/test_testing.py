@@ -365,19 +365,30 @@ def test_a_task_block_that_raises_pushes_nothing_and_an_inline_task_completes_at
 
 # --- periodic jobs -------------------------------------------------------------------------------
 
-@queued.periodic("0 3 * * *", name="tt-nightly", args=["nightly"])
 class TTNightly(queued.Job):
     def perform(self, what):
         CALLS.append(("TTNightly", what, self.msg["cron_name"]))
 
 
-@queued.periodic(every="1h", name="tt-off", enabled=False)
 class TTOff(queued.Job):
     def perform(self):
         CALLS.append(("TTOff",))
 
 
-def test_tick_pushes_what_a_periodic_schedule_pushes(fake):
+@pytest.fixture
+def schedules():
+    """Two @queued.periodic declarations, for this test only (the registry is the process's:
+    tests/test_periodic.py's masters would push them too)."""
+    from queued.periodic import declared
+    saved = dict(declared)
+    queued.periodic("0 3 * * *", name="tt-nightly", args=["nightly"])(TTNightly)
+    queued.periodic(every="1h", name="tt-off", enabled=False)(TTOff)
+    yield
+    declared.clear()
+    declared.update(saved)
+
+
+def test_tick_pushes_what_a_periodic_schedule_pushes(fake, schedules):
     jid = queued.testing.tick("tt-nightly")
     (job,) = TTNightly.jobs
     assert (job["jid"], job["args"], job["cron_name"]) == (jid, ["nightly"], "tt-nightly")
