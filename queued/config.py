@@ -137,7 +137,7 @@ def _resolve_paths(values: dict[str, Any]) -> None:
 
 
 def _build(data: Any, source: str, cli: dict[str, Any], environ: Mapping[str, str],
-           config_file: str | None) -> Config:
+           config_file: str | None, config_source: str | None = None) -> Config:
     environment, origin = _environment(cli, environ)
     values, section = file_values(data, source, environment, origin)
     _check_redis_keys(values, source)
@@ -153,8 +153,9 @@ def _build(data: Any, source: str, cli: dict[str, Any], environ: Mapping[str, st
     # Sidekiq's parse_queue: strict unless some queue has an explicit weight > 0.
     strict = not any(weight for _, weight in spec)
     queues = tuple((name, 1 if weight is None else weight) for name, weight in spec)
-    return Config(config_file=config_file, environment=environment, section=section,
-                  queues=queues, strict=strict, **values)
+    return Config(config_file=config_file, config_source=config_source,
+                  environment=environment, section=section, queues=queues, strict=strict,
+                  **values)
 
 
 def _check_lease(values: dict[str, Any], source: str) -> None:
@@ -176,13 +177,23 @@ def _check_schedule(values: dict[str, Any], source: str) -> None:
                     "(the top-level schedule: is the older form of the same thing)")
 
 
-def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
-    """Build the Config from already-parsed arguments (so a caller can check -V first)."""
+def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None,
+              settings: tuple[Mapping, str] | None = None) -> Config:
+    """Build the Config from already-parsed arguments (so a caller can check -V first).
+    ``settings``: (the file's mapping, where it is) read from elsewhere than a file (Django's
+    settings.QUEUED); one source of truth: a -C file (or config/sidekiq.yml) too is refused."""
     environ = os.environ if environ is None else environ
     cli = _cli_values(args)
     path = args.config_file
     if path is None and os.path.isfile(DEFAULT_CONFIG_FILE):
         path = DEFAULT_CONFIG_FILE  # as Sidekiq: config/sidekiq.yml when there is one
+    if settings is not None:
+        data, source = settings
+        if path is not None:
+            given = "-C" if args.config_file is not None else "found in the working directory"
+            raise error(f"{source} and {path} ({given}) both hold queued's settings: keep one "
+                        "(queued reads one source, never a mix of two)")
+        return _build(data, source, cli, environ, None, source)
     if path is None:
         return _build(None, CLI_SOURCE, cli, environ, None)
     return _build(read_yaml(path), path, cli, environ, path)
@@ -207,7 +218,9 @@ def startup_line(cfg: Config) -> str:
     in effect, the Redis URL (password masked) and its source. For example
     ``config: /etc/queued/sidekiq.yml (environment production); Redis
     redis://:****@host:6379/0 from REDIS_URL``."""
-    if cfg.config_file is None:
+    if cfg.config_source is not None:
+        read = f"{cfg.config_source} ({_section_note(cfg)})"
+    elif cfg.config_file is None:
         read = f"none (no -C, and no {DEFAULT_CONFIG_FILE} in {os.getcwd()})"
     else:
         read = f"{os.path.abspath(cfg.config_file)} ({_section_note(cfg)})"

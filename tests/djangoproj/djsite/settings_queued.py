@@ -1,0 +1,12 @@
+"""The test project with queued's settings in Django's (settings.QUEUED)."""
+import os
+
+from djsite.settings import *  # noqa: F401,F403
+
+QUEUED = {
+    "redis_url": os.environ.get("QUEUED_TEST_REDIS", "redis://127.0.0.1:6379/0"),
+    "concurrency": 1,
+    "heartbeat_interval": 0.5,
+    "queues": ["django_only"],
+    "tag": "from-settings",
+}
