@@ -100,7 +100,7 @@ def _check_redis_keys(values: dict[str, Any], source: str) -> None:
 
 
 def _redis_choice(values: dict[str, Any], cli_url: str | None, environ: Mapping[str, str],
-                  source: str) -> tuple[str, str]:
+                  source: str, where: str = "the config file") -> tuple[str, str]:
     """(Redis URL, where it came from). --redis-url, else $REDIS_URL (in containers the
     environment is how Redis is injected, so it wins over a file baked into the image), else
     the file's redis_url or redis:, else the default. embedded_redis replaces them all."""
@@ -118,12 +118,12 @@ def _redis_choice(values: dict[str, Any], cli_url: str | None, environ: Mapping[
         url = parse(SETTINGS["redis_url"], environ["REDIS_URL"], "environment", "REDIS_URL")
         origin = "REDIS_URL"
     elif file_key == "redis_url":
-        return values["redis_url"], "redis_url in the config file"
+        return values["redis_url"], f"redis_url in {where}"
     elif file_key == "redis":
-        return values["redis"].full_url(), "redis in the config file"
+        return values["redis"].full_url(), f"redis in {where}"
     else:
         return DEFAULT_REDIS_URL, "the default"
-    unused = f" ({file_key} in the config file is not used)" if file_key else ""
+    unused = f" ({file_key} in {where} is not used)" if file_key else ""
     return url, origin + unused
 
 
@@ -143,7 +143,8 @@ def _build(data: Any, source: str, cli: dict[str, Any], environ: Mapping[str, st
     _check_redis_keys(values, source)
     cli_url = cli.pop("redis_url", None)
     values.update(cli)
-    values["redis_url"], values["redis_source"] = _redis_choice(values, cli_url, environ, source)
+    values["redis_url"], values["redis_source"] = _redis_choice(
+        values, cli_url, environ, source, config_source or "the config file")
     _resolve_paths(values)
     if values.get("serve_no_jobs"):
         values["concurrency"] = 0  # no workers: nothing here could run a job

@@ -1,5 +1,5 @@
 """The test project with an app whose jobs module fails to import."""
-from djsite.settings import *  # noqa: F401,F403
-from djsite.settings import INSTALLED_APPS
+from djsite import settings as _base
 
-INSTALLED_APPS = [*INSTALLED_APPS, "brokenapp"]
+globals().update({k: v for k, v in vars(_base).items() if k.isupper()})
+INSTALLED_APPS = [*_base.INSTALLED_APPS, "brokenapp"]
