@@ -18,6 +18,9 @@ import time
 import pytest
 import redis as redis_lib
 
+#: queued.testing's fixtures (queued_fake, queued_inline), as an application turns them on.
+pytest_plugins = ["queued.testing.pytest_plugin"]
+
 IN_CI = bool(os.environ.get("CI"))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
