@@ -3,7 +3,7 @@
     pytest_plugins = ["queued.testing.pytest_plugin"]
 
 (an installed queued also registers this module with pytest through its ``pytest11`` entry
-point). ``queued_fake`` and ``queued_inline`` put the test in that mode, with nothing left in
+point, under the module's own name, so the line above does no harm there). ``queued_fake`` and ``queued_inline`` put the test in that mode, with nothing left in
 memory from another test, and put the previous mode back afterwards; each gives the
 ``queued.testing`` module (``queued_fake.drain_all()``). pytest is not a dependency of queued:
 this module is imported by pytest only.
