@@ -7,6 +7,7 @@ with the web processes and may change): PostgreSQL and MySQL are asked; others a
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 log = logging.getLogger("queued.django")
@@ -42,21 +43,32 @@ def assess(alias: str, processes: int, threads: int, pool: Any, max_connections:
     return [f"database {alias!r}: {note}" for note in notes]
 
 
+#: Seconds the check waits to connect to PostgreSQL (libpq's PGCONNECT_TIMEOUT, unless the
+#: environment sets it): a database host that does not answer must not hold the boot up.
+CONNECT_TIMEOUT = "5"
+
+
 def warn(config) -> None:
     """Log a warning for each database that cannot serve ``config``'s workers."""
     from django.db import connections
     threads = getattr(config, "threads", 1)  # (the threads setting, where it exists)
-    for alias in connections:
-        conn = connections[alias]
-        pool = (conn.settings_dict.get("OPTIONS") or {}).get("pool")
-        try:
-            limits = _server_limits(conn)
-        except Exception as e:  # noqa: BLE001 - a database down at boot is not our error
-            log.warning("database %r: could not check max_connections (%s: %s)", alias,
-                        type(e).__name__, e)
-            limits = (None, 0, 0)
-        for line in assess(alias, config.concurrency, threads, pool, *limits):
-            log.warning("%s", line)
+    had_timeout = "PGCONNECT_TIMEOUT" in os.environ
+    os.environ.setdefault("PGCONNECT_TIMEOUT", CONNECT_TIMEOUT)
+    try:
+        for alias in connections:
+            conn = connections[alias]
+            pool = (conn.settings_dict.get("OPTIONS") or {}).get("pool")
+            try:
+                limits = _server_limits(conn)
+            except Exception as e:  # noqa: BLE001 - a database down at boot is not our error
+                log.warning("database %r: could not check max_connections (%s: %s)", alias,
+                            type(e).__name__, " ".join(str(e).split()))
+                limits = (None, 0, 0)
+            for line in assess(alias, config.concurrency, threads, pool, *limits):
+                log.warning("%s", line)
+    finally:
+        if not had_timeout:
+            os.environ.pop("PGCONNECT_TIMEOUT", None)
 
 
 def _server_limits(conn) -> tuple[int | None, int, int]:

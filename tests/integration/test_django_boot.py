@@ -134,3 +134,13 @@ def test_a_manage_py_without_the_settings_module_is_a_config_error(tmp_path, tex
     assert (done.returncode, done.stderr) == (
         2, f"queued: {tmp_path}/manage.py does not set DJANGO_SETTINGS_MODULE; set it in the "
            "environment\n")
+
+
+def test_a_database_down_at_boot_is_reported_and_the_daemon_starts(daemon, django_db):
+    from conftest import free_port
+    d = daemon(require=(), cwd=PROJECT, env=django_db.env(QUEUED_TEST_PG_PORT=str(free_port())),
+               concurrency=1)
+    assert re.search(r"WARNING queued\.django: database 'default': could not check "
+                     r"max_connections \(OperationalError: .*\)", d.output()), d.output()
+    assert len(d.worker_pids()) == 1
+    assert d.stop() == 0
