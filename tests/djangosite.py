@@ -4,6 +4,7 @@ settings module goes into the environment only while Django reads it, so the dae
 tests start never see DJANGO_SETTINGS_MODULE; daemons of the Django tests get ``env()``."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -29,12 +30,19 @@ class DjangoSite:
             sys.path.insert(0, PROJECT)
         saved = {k: os.environ.get(k) for k in self.env()}
         os.environ.update({k: v for k, v in self.env().items() if k != "PYTHONPATH"})
+        # (the project's LOGGING disables every logger that exists, as dictConfig does by
+        # default: the loggers of this process are put back as they were, for the tests
+        # that read them with caplog)
+        loggers = {name: logger.disabled for name, logger in
+                   logging.root.manager.loggerDict.items() if isinstance(logger, logging.Logger)}
         try:
             import django
             from django.core.management import call_command
             django.setup()
             call_command("migrate", run_syncdb=True, verbosity=0)
         finally:
+            for name, disabled in loggers.items():
+                logging.getLogger(name).disabled = disabled
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
