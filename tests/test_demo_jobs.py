@@ -12,11 +12,13 @@ import importlib.util
 import logging
 import os
 import time
+import warnings
 
 import pytest
 
 import queued
 import queued.testing
+from queued.job import JobNameClash
 from queued.server.appcode import _Registries
 from conftest import ROOT
 
@@ -27,7 +29,9 @@ def demo():
     spec = importlib.util.spec_from_file_location(
         "demo_jobs", os.path.join(ROOT, "etc", "demo_jobs.py"))
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with warnings.catch_warnings():  # (tests/faults/faultjobs.py's Tick, for this module only)
+        warnings.simplefilter("ignore", JobNameClash)
+        spec.loader.exec_module(module)
     yield module
     saved.restore()
 
