@@ -44,7 +44,12 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
         print(f"queued {__version__}")
         return 0
     try:
-        cfg = config_mod.from_args(args)
+        # In a Django project (queued/django: DJANGO_SETTINGS_MODULE, or -r naming its
+        # folder), Django is set up first and may hold the config (settings.QUEUED).
+        django = _django_project(args)
+        cfg = django.config(args) if django else config_mod.from_args(args)
+    except AppLoadError as e:
+        return _fail(str(e), APP_LOAD_ERROR)
     except ConfigError as e:
         return _fail(str(e), EXIT_CONFIG_ERROR)
     logsetup.setup(cfg.log_level, cfg.logfile, log_format=cfg.log_format)
@@ -63,10 +68,12 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
         # Paths resolve against the working directory, as Sidekiq's do: with a systemd unit's
         # WorkingDirectory=/opt/myapp, `:require: ./app/jobs.py` is /opt/myapp/app/jobs.py
         # wherever the config file lives.
-        code = AppCode(os.getcwd())
+        if django:
+            django.install(cfg)  # before AppCode: its hooks outlive a HUP's reload
+        code = AppCode(os.getcwd(), traced=django.discovered if django else ())
         code.load(cfg.require, cfg.serve_no_jobs)
         periodic.check(cfg)
-        return _run(cfg, early, embedded, notifier, code, _reader(args, embedded))
+        return _run(cfg, early, embedded, notifier, code, _reader(args, embedded, django))
     except AppLoadError as e:
         return _fail(str(e), APP_LOAD_ERROR)
     except (ConfigError, QueuedError) as e:
@@ -76,10 +83,22 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
             embedded.stop()
 
 
-def _reader(args, embedded):
+def _django_project(args):
+    """queued.django's daemon side when a Django project is named, set up; else None."""
+    from ..django.project import find  # (imports no Django)
+    project = find(args.require, os.getcwd(), os.environ)
+    if project is None:
+        return None
+    from ..django.daemon import DjangoDaemon
+    django = DjangoDaemon(project)
+    django.setup()
+    return django
+
+
+def _reader(args, embedded, django=None):
     """How a HUP reads the config again: as at boot, from the same command line."""
     def read():
-        cfg = config_mod.from_args(args)
+        cfg = django.config(args) if django else config_mod.from_args(args)
         return dataclasses.replace(cfg, redis_url=embedded.url) if embedded else cfg
     return read
 

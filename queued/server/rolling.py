@@ -48,7 +48,8 @@ RESTART_ONLY = {
     "log_format": "every process formats its lines with it",
 }
 #: Fields of a Config that follow from others or from the command line (not compared).
-DERIVED = ("config_file", "environment", "section", "redis", "redis_source", "strict")
+DERIVED = ("config_file", "config_source", "environment", "section", "redis", "redis_source",
+           "strict")
 
 
 def compare(old, new) -> tuple[list[str], list[str]]:
