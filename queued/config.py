@@ -197,7 +197,7 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
         return _build(data, source, cli, environ, None, source)
     if path is None:
         return _build(None, CLI_SOURCE, cli, environ, None)
-    return _build(read_yaml(path), path, cli, environ, path)
+    return _build(read_yaml(path, environ), path, cli, environ, path)
 
 
 def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:

@@ -13,6 +13,7 @@ import queued
 from queued import config as config_mod
 from queued.keys import Keys
 from queued.cronspec import parse_cron, parse_every
+from queued.values import Invalid
 from queued.periodic import declared
 from queued.server import periodic as server_periodic
 from queued.server.periodic import LATE_LIMIT, Periodic
@@ -256,3 +257,42 @@ def test_an_unknown_class_is_refused_only_when_its_queue_is_served_here(tmp_path
         server_periodic.check(config_mod.load(["-C", str(path)], environ=NO_ENV))
     assert str(err.value).startswith(f"{path}: scheduler.schedule.ruby.class: 'RubyWorker' "
                                      "is not a job class of this process")
+
+
+# --- cron errors name the field and its range (issue 20)
+
+@pytest.mark.parametrize("expr, field", [
+    ("61 * * * *", "minute field '61': 61 is out of range, minute is 0-59"),
+    ("* 24 * * *", "hour field '24': 24 is out of range, hour is 0-23"),
+    ("0 0 0 * *", "day of month field '0': 0 is out of range, day of month is 1-31"),
+    ("0 0 1 13 *", "month field '13': 13 is out of range, month is 1-12"),
+    ("0 0 * * 1-8", "day of week field '1-8': 8 is out of range, day of week is 0-7"),
+    ("75 * * * * *", "second field '75': 75 is out of range, second is 0-59"),
+    ("*/0 * * * *", "minute field '*/0': a step of 0; */N needs N of 1 or more"),
+    ("0,5,99 * * * *", "minute field '0,5,99': 99 is out of range, minute is 0-59")])
+def test_a_cron_error_names_the_field_and_its_range(expr, field):
+    with pytest.raises(Invalid) as info:
+        parse_cron(expr)
+    assert str(info.value) == f"not a valid cron expression: {expr!r} ({field})"
+
+
+def test_a_cron_expression_with_the_wrong_number_of_fields_lists_them():
+    with pytest.raises(Invalid) as info:
+        parse_cron("0 3 * *")
+    assert str(info.value).startswith(
+        "not a valid cron expression: '0 3 * *' (it has 4 fields; cron takes 5, or 6 with "
+        "seconds first: [second] minute hour day-of-month month day-of-week (second 0-59")
+
+
+@pytest.mark.parametrize("expr", ["0 9 * * MON-FRI", "0 0 L * *", "0 0 1,15 * *",
+                                  "*/10 * * * * *", "@daily", "0 9 * * 1-5 Europe/Berlin"])
+def test_valid_cron_forms_still_parse(expr):
+    assert parse_cron(expr).kind == "cron"
+
+
+@pytest.mark.parametrize("timing, note", [
+    (lambda: parse_cron("0 9 * * *"), "in UTC, not the host's zone"),
+    (lambda: parse_cron("0 9 * * * Europe/Berlin"), "time zone Europe/Berlin"),
+    (lambda: parse_every("5m"), "every master aligned to the epoch")])
+def test_a_schedules_zone_note_for_the_startup_line_says_which_clock_it_follows(timing, note):
+    assert timing().zone_note() == note

@@ -149,9 +149,10 @@ class Periodic:
                                       "enabled" if s.enabled else "disabled", repr(latest),
                                       *self._fields(s)])
             self.next_at[s.name] = latest
-            log.info("schedule %s: %s %s -> %s on queue %s (%s)", s.name,
-                     "cron" if s.timing.kind == "cron" else "every", s.timing.text, s.klass,
-                     self.templates[s.name]["queue"], status.decode())
+            log.info("schedule %s: %s %s (%s) -> %s on queue %s (%s)", s.name,
+                     "cron" if s.timing.kind == "cron" else "every", s.timing.text,
+                     s.timing.zone_note(), s.klass, self.templates[s.name]["queue"],
+                     status.decode())
         self.synced = True
 
     def _fields(self, s: Schedule) -> list[str]:
