@@ -47,7 +47,54 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
         cfg = config_mod.from_args(args)
     except ConfigError as e:
         return _fail(str(e), EXIT_CONFIG_ERROR)
-    logsetup.setup(cfg.log_level, cfg.logfile, log_format=cfg.log_format)
+    try:
+        _setup_logging(cfg)
+        _write_pidfile(cfg)
+    except _FileError as e:
+        return _fail(str(e), EXIT_CONFIG_ERROR)
+    try:
+        return _boot(args, cfg, early)
+    finally:
+        _remove_pidfile(cfg)
+
+
+class _FileError(Exception):
+    """A file the daemon writes at boot (``pidfile:``, ``logfile:``) cannot be written: one
+    line and exit 2, so systemd's RestartPreventExitStatus=2 stops the restarts (a traceback
+    and status 1 had systemd restart it every second: issue 16.2)."""
+
+    def __init__(self, cfg, setting: str, path: str, err: OSError):
+        super().__init__(f"{cfg.config_file or 'the configuration'}: {setting}: cannot write "
+                         f"{path} ({err.strerror or err})")
+
+
+def _setup_logging(cfg) -> None:
+    try:
+        logsetup.setup(cfg.log_level, cfg.logfile, log_format=cfg.log_format)
+    except OSError as e:
+        raise _FileError(cfg, "logfile", cfg.logfile, e) from None
+
+
+def _write_pidfile(cfg) -> None:
+    """Before the job code loads (seconds for a big app): a path that cannot be written is
+    known at once, and the pid is there as early as the process is."""
+    if cfg.pidfile:
+        try:
+            with open(cfg.pidfile, "w") as f:
+                f.write(f"{os.getpid()}\n")
+        except OSError as e:
+            raise _FileError(cfg, "pidfile", cfg.pidfile, e) from None
+
+
+def _remove_pidfile(cfg) -> None:
+    if cfg.pidfile:
+        try:
+            os.unlink(cfg.pidfile)
+        except OSError:
+            pass
+
+
+def _boot(args, cfg, early: list[int]) -> int:
     # Taken out of the environment before anything is started (the embedded redis-server,
     # the job code, workers): only the master speaks to systemd.
     notifier = Notifier.from_environ()
@@ -95,14 +142,4 @@ def _run(cfg, early_signals: list[int], embedded=None, notifier=None, code=None,
                  if registry.names() else "")
     else:
         log.info("jobs: %s", ", ".join(sorted(registry.names())))
-    if cfg.pidfile:
-        with open(cfg.pidfile, "w") as f:
-            f.write(f"{os.getpid()}\n")
-    try:
-        return Master(cfg, early_signals, embedded, notifier, code, reread).run()
-    finally:
-        if cfg.pidfile:
-            try:
-                os.unlink(cfg.pidfile)
-            except OSError:
-                pass
+    return Master(cfg, early_signals, embedded, notifier, code, reread).run()
