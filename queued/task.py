@@ -31,7 +31,7 @@ from typing import Any, Iterator
 from . import client as _client
 from .keys import TASK_STATES, Keys
 from .payload import dumps, new_jid
-from .tracking import FINAL, TASK_SEAL
+from .tracking import FINAL, TASK_SEAL, CallbackBlocked, blocked_keys
 
 DAY = 24 * 3600
 #: Jobs written per MULTI/EXEC when a block ends (each transaction is atomic: a worker never
@@ -125,15 +125,20 @@ class Task:
         are). ``total``: the number of jobs the task will have, when some were pushed by
         another language's producer with only the ``task_id`` field (such a job is counted
         from its start; the task does not complete before it has ``total``). Sealing twice
-        does nothing more (a later ``total`` replaces the earlier)."""
+        does nothing more (a later ``total`` replaces the earlier). Raises
+        ``queued.tracking.CallbackBlocked`` (nothing written) if sealing would complete the
+        task while a callback's queue key holds another Redis type."""
         if total is not None and (isinstance(total, bool) or not isinstance(total, int)
                                   or total < 0):
             raise ValueError(f"total must be a whole number >= 0, not {total!r}")
         if not self._stored:
             self._write(_Buffer(self.id), seal=False)
         ks = self.keys.task_keys(self.id)
-        if not TASK_SEAL(self.client.redis, [*ks, self.keys.queues],
-                         [self.id, self.keys.ns, "" if total is None else str(total)]):
+        sealed = int(TASK_SEAL(self.client.redis, [*ks, self.keys.queues],
+                               [self.id, self.keys.ns, "" if total is None else str(total)]))
+        if sealed < 0:  # nothing written: it would complete into a broken callback queue
+            raise CallbackBlocked(self.id, blocked_keys(self.client.redis, self.keys, self.id))
+        if not sealed:
             raise LookupError(f"task {self.id} does not exist (expired or deleted)")
         self._seals = False
 

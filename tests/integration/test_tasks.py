@@ -6,6 +6,7 @@ import random
 import signal
 import time
 
+import pytest
 import taskjobs
 from taskjobs import CALLBACKS, TBusiness, TComplete, TDoomed, TFlaky, TOk, TSuccess
 
@@ -26,6 +27,12 @@ def sets(r, task):
 def callbacks(r, task_id=None):
     calls = [json.loads(c) for c in r.lrange(CALLBACKS, 0, -1)]
     return [c for c in calls if task_id is None or c[1] == task_id]
+
+
+def reserved(r) -> list[float]:
+    """The scores of every job held in a reserved set (-1: its end was refused, held)."""
+    return [score for k in r.keys("queued:reserved:*")
+            for _, score in r.zrange(k, 0, -1, withscores=True)]
 
 
 def fill(task, n, kinds, pause=0.0):
@@ -177,3 +184,35 @@ def test_a_task_run_on_a_redis_that_never_saw_its_scripts_completes(daemon, prod
     assert sets(r, task)["finished"] == set(jids[TOk])
     assert sets(r, task)["working"] == set()
     assert task.progress()["complete"] is True
+
+
+@pytest.mark.parametrize("kind", [TOk, TBusiness])
+def test_a_last_job_whose_callback_queue_holds_another_type_completes_once_it_is_fixed(
+        daemon, producer, r, kind):
+    # Given a task of one job whose callback goes to a queue this daemon does not serve,
+    # whose key someone overwrote with a string
+    task = Task("blocked callback", on_complete=TComplete, callback_queue="cbq")
+    r.set("queue:cbq", "oops")
+    with task:
+        jid = kind.perform_async(1)
+    # When a daemon runs the job (its end: sent ahead with its ack for a success, written
+    # at once for a business failure)
+    d = daemon(require=JOBS, concurrency=1)
+    wait_for(lambda: r.hget(taskjobs.RUNS, jid), 10, what="the job to run")
+    # Then its end is refused before any write: the job stays reserved (marked -1), its task
+    # not complete, and the log says which key (task.lua wrote completed_at, then failed on
+    # the push; the end run again found the reservation gone: the callback was lost)
+    wait_for(lambda: reserved(r) == [-1.0], 10, what="the end held")
+    d.wait_log("queue:cbq holds another Redis type", 10)
+    assert task.progress()["complete"] is False
+    # When the key is fixed
+    r.delete("queue:cbq")
+    # Then the end goes through (it is tried again every few seconds), and the callback is
+    # pushed, once
+    wait_for(lambda: r.llen("queue:cbq") == 1, 20, what="the callback")
+    (cb,) = [json.loads(m) for m in r.lrange("queue:cbq", 0, -1)]
+    assert cb["class"] == "TComplete" and cb["args"][0] == task.id
+    assert task.progress()["complete"] is True and reserved(r) == []
+    assert r.hget(taskjobs.RUNS, jid) == b"1"  # run once
+    assert d.stop() == 0
+    assert r.llen("queue:cbq") == 1
