@@ -24,6 +24,7 @@ task lives ``ttl_success`` (or ``ttl_failure`` if any job failed), one whose job
 from __future__ import annotations
 
 import json
+import logging
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -31,7 +32,9 @@ from typing import Any, Iterator
 from . import client as _client
 from .keys import TASK_STATES, Keys
 from .payload import dumps, new_jid
-from .tracking import FINAL, TASK_SEAL, CallbackBlocked, blocked_keys
+from .tracking import FINAL, TASK_PUSH, TASK_SEAL, CallbackBlocked, blocked_keys
+
+log = logging.getLogger("queued.task")
 
 DAY = 24 * 3600
 #: Jobs written per MULTI/EXEC when a block ends (each transaction is atomic: a worker never
@@ -167,8 +170,11 @@ class Task:
                 _push_chunk(pipe, self.keys, ks, chunk)
             for key in (ks[0], ks[1], ks[7]):  # the hash, enqueued, records
                 pipe.pexpire(key, ttl_ms)
-            pipe.execute()
+            replies = pipe.execute()
             self._stored = True
+            if chunk and replies[-4]:
+                log.warning("task %s: %d job(s) not pushed: their jid is already in the task "
+                            "(the same jid is the same job)", self.id, replies[-4])
         if seal:
             self.seal()
 
@@ -304,21 +310,16 @@ class _Buffer:
 
 
 def _push_chunk(pipe: Any, keys: Keys, ks: list[str], chunk: list) -> None:
-    pipe.hset(ks[7], mapping={jid: record for jid, record, *_ in chunk})
-    pipe.sadd(ks[1], *(jid for jid, *_ in chunk))
-    by_queue: dict[str, list[str]] = {}
-    scheduled: dict[str, float] = {}
-    for _jid, _record, queue, at, text in chunk:
-        if queue is None:
-            scheduled[text] = at
-        else:
-            by_queue.setdefault(queue, []).append(text)
-    if by_queue:
-        pipe.sadd(keys.queues, *by_queue)
-        for queue, texts in by_queue.items():
-            pipe.lpush(keys.queue(queue), *texts)
-    if scheduled:
-        pipe.zadd(keys.schedule, scheduled)
+    """One chunk's jobs, by TASK_PUSH (sent as EVAL: inside MULTI, an EVALSHA that Redis
+    refused with NOSCRIPT would leave the rest of the transaction applied without it)."""
+    queues: dict[str, int] = {}
+    args: list = [len(chunk)]
+    for jid, record, queue, at, text in chunk:
+        where = 0 if queue is None else queues.setdefault(queue, len(queues) + 1)
+        args += [jid, record, where, "" if at is None else repr(at), text]
+    args += list(queues)
+    pipe.execute_command(*TASK_PUSH.eval_command(
+        [ks[7], ks[1], keys.queues, keys.schedule, *(keys.queue(q) for q in queues)], args))
 
 
 def _callback_pieces(client: _client.Client, callback: Any, queue: str | None) -> str:

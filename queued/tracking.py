@@ -35,6 +35,7 @@ with open(os.path.join(_LUA, "task.lua"), "rb") as _f:
 TASK_MARK = Script(_LUA, "task_mark", prelude=LIBRARY)
 TASK_SEAL = Script(_LUA, "task_seal", prelude=LIBRARY)
 TASK_SAY = Script(_LUA, "task_say")
+TASK_PUSH = Script(_LUA, "task_push")  # (task.py: a producer's block)
 
 assert TASK_STATES == ("enqueued", "working", "finished", "failed", "retry", "error")
 

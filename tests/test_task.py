@@ -128,6 +128,26 @@ def test_pushes_with_client_middleware_join_the_task_too(producer, r):
     assert state_sets(r, task.id)["enqueued"] == set(jids)
 
 
+def test_a_jid_already_in_the_task_is_not_pushed_again(producer, r, caplog):
+    # Given a task with a job under a fixed jid, and one a foreign producer's job started
+    task = Task()
+    with task.batch():
+        producer.push({"class": Register, "args": [1], "jid": "fixed"})
+    tracking.mark(r, KEYS, Move(task.id, "foreign", "working"),
+                  tracking.record_json({"class": "Ruby::Job", "args": []}, "promo"))
+    # When later blocks push those jids again, to a queue and to the schedule
+    with task.batch():
+        producer.push({"class": Register, "args": [2], "jid": "fixed"})
+        producer.push({"class": Register, "args": [3], "jid": "foreign", "at": 9e9})
+        new = Register.perform_async(4)
+    # Then only the new job is pushed; the others keep their first record, and it is logged
+    assert [j["jid"] for j in queue_jobs(r, "promo")] == [new, "fixed"]
+    assert r.zcard("schedule") == 0
+    assert task.job("fixed")["args"] == [1] and task.job("foreign")["class"] == "Ruby::Job"
+    assert task.progress()["total"] == 3
+    assert f"task {task.id}: 2 job(s) not pushed: their jid is already in the task" in caplog.text
+
+
 # --- completing ------------------------------------------------------------------------------
 
 def test_a_task_filled_in_batches_completes_only_once_sealed(producer, r):

@@ -216,3 +216,29 @@ def test_a_last_job_whose_callback_queue_holds_another_type_completes_once_it_is
     assert r.hget(taskjobs.RUNS, jid) == b"1"  # run once
     assert d.stop() == 0
     assert r.llen("queue:cbq") == 1
+
+
+def test_the_same_jid_pushed_twice_into_a_task_is_one_job_run_once(daemon, producer, r):
+    # Given a task whose producer pushes a job under a fixed jid twice in one block (an
+    # idempotency key), and again in a later block, beside a job of its own
+    task = Task("fixed jids", on_complete=TComplete)
+    with task.batch():
+        producer.push({"class": "TOk", "args": [1, 0.3], "jid": "order-1"})
+        other = TOk.perform_async(2)
+        producer.push({"class": "TOk", "args": [1, 0.3], "jid": "order-1"})
+    with task.batch():
+        producer.push({"class": "TOk", "args": [1, 0.3], "jid": "order-1"})
+    task.seal()
+    # Then only the first push is in a queue: the others are the same job, not a second one
+    assert [json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)] == [other,
+                                                                                "order-1"]
+    # When a daemon with two workers runs the task
+    daemon(require=JOBS, concurrency=2)
+    wait_for(lambda: callbacks(r, task.id), 20, what="on_complete")
+    # Then the job ran once, the task counts it once, and it completed once every push's
+    # job had ended (before, the second copy ran on after the callback)
+    assert r.hget(taskjobs.RUNS, "order-1") == b"1" and r.hget(taskjobs.RUNS, other) == b"1"
+    assert task.progress()["total"] == 2 and task.progress()["finished"] == 2
+    (call,) = callbacks(r, task.id)
+    assert call[2]["total"] == 2 and call[2]["finished"] == 2
+    assert r.llen("queue:default") == 0
