@@ -27,15 +27,24 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+#: The signals the master handles (master.SIGNALS, but SIGCHLD: its default is to ignore),
+#: recorded from main's first line until the master's own handlers are in (run()), which acts
+#: on them in order of arrival. During boot (loading the job code can take seconds) their
+#: default actions killed the process (TERM, HUP, USR1, USR2), raised KeyboardInterrupt in
+#: the import (INT), or suspended it (TSTP, TTIN): issue 16.1.10.
+EARLY_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                 signal.SIGTSTP, signal.SIGTTIN)
+
+
 def main(argv: list[str] | None = None) -> int:
-    # A TERM during boot (loading job code can take seconds) used to kill the process with
-    # the default action (-15). It is kept and handled once the master is up: a clean stop.
     early: list[int] = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: early.append(signum))
+    previous = {sig: signal.signal(sig, lambda signum, frame: early.append(signum))
+                for sig in EARLY_SIGNALS}
     try:
         return _main(argv, early)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _main(argv: list[str] | None, early: list[int]) -> int:
