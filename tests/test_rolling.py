@@ -38,6 +38,14 @@ def started(m) -> None:
         SlotWriter(m.table, rec.slot, rec.pid).tick()
 
 
+def hup(m) -> None:
+    """A HUP, and the loop's turn once its new code has loaded (in a thread: loader.py)."""
+    m._hup("SIGHUP")
+    if m.loading is not None:
+        assert m.loading.join(10)
+        m._reloaded()
+
+
 def slots(m) -> dict[int, int]:
     return {rec.pid: rec.slot for rec in m.workers.values()}
 
@@ -154,11 +162,11 @@ def test_a_reload_checks_the_new_schedules_and_the_master_takes_them(redis_url, 
         assert m.periodic.schedules == []
         # When the new config schedules a class this process does not have, on a queue it
         # serves: refused, nothing changes, the log says why
-        m._hup("SIGHUP")
+        hup(m)
         assert "'Tikc' is not a job class of this process" in caplog.text
         assert m.config is cfg and not m.rollout.active and m.periodic.schedules == []
         # When it schedules one it has: the master pushes it from now on
-        m._hup("SIGHUP")
+        hup(m)
         assert [s.name for s in m.periodic.schedules] == ["beat"]
         assert m.config.schedules[0].klass == "Tick"
     finally:

@@ -33,6 +33,7 @@ class Exits:
         self.keys = keys
         self.identity = identity
         self.config = config
+        self.app = None  # where job classes are looked up (None: live; server/loader.py)
         self.table = table
         self.notes = notes
         self.redis_error = redis_error  # the master's "Redis is away: log once" step
@@ -55,7 +56,8 @@ class Exits:
         try:
             moved, failed, held = recovery.settle(
                 self.r, self.keys, self.identity, self.config, slot, code=ended.code,
-                reason=ended.reason, running_jid=ended.running, timeout=ended.seconds)
+                reason=ended.reason, running_jid=ended.running, timeout=ended.seconds,
+                app=self.app)
         except recovery.Stuck as e:
             if self.notes.due(("stuck", slot), KEY_LOG_INTERVAL):
                 log.error("%s", e)

@@ -108,6 +108,8 @@ class Periodic:
         self.next_at: dict[str, float] = {}   # wall-clock epoch of each schedule's next tick
         self.synced = False
         self.retry_at = 0.0
+        #: client middleware (a frozen copy while a HUP's new code loads: server/loader.py)
+        self.chain = client_middleware
 
     def due_in(self) -> float | None:
         """Seconds until this master has periodic work (None: no schedules)."""
@@ -196,10 +198,10 @@ class Periodic:
     def _through_middleware(self, msg: dict) -> dict | None:
         """Client middleware as a push would run it (the scheduler does the same for due
         jobs). Every master racing for a tick runs it; one push lands."""
-        if not len(client_middleware):
+        if not len(self.chain):
             return msg
         try:
-            reached = client_middleware.reaches_end(msg["class"], msg, msg["queue"])
+            reached = self.chain.reaches_end(msg["class"], msg, msg["queue"])
         except Exception:  # noqa: BLE001 - a broken middleware must not stop the schedules
             log.exception("client middleware raised on periodic job %s; pushed as it was",
                           msg.get(CRON_FIELD))
