@@ -210,6 +210,56 @@ def test_a_ruby_sidekiq_cron_poller_that_took_the_tick_is_respected(r):
     assert pushed(r) == [1_700_000_302.0]
 
 
+# --- a master whose clock is wrong (issue 16.1.6) ---------------------------------------------
+
+def drive(masters, until, timeout=20.0) -> None:
+    """Every master looks again and again, as their loops would (real time: the ticks are
+    judged against Redis's clock), until ``until()``."""
+    from harness import wait_for
+    wait_for(lambda: [m.tick() for m in masters] and until(), timeout, interval=0.02,
+             what="the pushes")
+
+
+def contiguous(ticks: list[float]) -> bool:
+    return ticks == [ticks[0] + i for i in range(len(ticks))]
+
+
+def test_a_master_ten_minutes_fast_then_corrected_leaves_no_gap(r, caplog):
+    # Given the only master, its host's clock 10 minutes fast (and a correct clock to judge)
+    import socket
+    import time
+    skew = {"fast": 600.0}
+    fast = master(r, cfg(), lambda: time.time() + skew["fast"])
+    # When it runs: then it pushes the ticks of the true time, none ten minutes ahead (it
+    # claimed them, and after the correction no master pushed for ten minutes), and says
+    # once which host's clock is wrong
+    drive([fast], lambda: len(pushed(r)) >= 3)
+    assert all(t <= time.time() + 1 for t in pushed(r)), pushed(r)
+    warnings = [x for x in caplog.records if "clock" in x.getMessage()]
+    assert len(warnings) == 1 and socket.gethostname() in warnings[0].getMessage()
+    assert "600" in warnings[0].getMessage() or "599" in warnings[0].getMessage()
+    # When its clock is corrected, and a second master with a good clock joins
+    skew["fast"] = 0.0
+    good = master(r, cfg(), time.time)
+    seen = len(pushed(r))
+    drive([fast, good], lambda: len(pushed(r)) >= seen + 3)
+    # Then every tick from the first on was pushed once: no gap, no tick twice
+    assert contiguous(pushed(r)), pushed(r)
+    assert pushed(r)[-1] <= time.time() + 1
+
+
+def test_a_last_tick_recorded_ahead_of_redis_does_not_stop_the_pushes(r):
+    # Given a schedule whose last tick was claimed 10 minutes ahead (a fast master of an
+    # older version, before this one)
+    import time
+    good = master(r, cfg(), time.time)
+    good.tick()
+    r.hset("cron_job:beat", "queued_last_tick", repr(time.time() + 600))
+    # Then a master with a good clock pushes the ticks of now anyway
+    drive([good], lambda: len(pushed(r)) >= 2)
+    assert contiguous(pushed(r)) and pushed(r)[-1] <= time.time() + 1
+
+
 # --- which schedules, and the refusal at boot ----------------------------------------------------
 
 @pytest.fixture
