@@ -92,7 +92,7 @@ class Master:
         self.children = Children(config, self.table, self.watch, self._make_worker,
                                  self._in_child, SIGNALS)
         self.exits = Exits(self.r, self.keys, self.identity, config, self.table, self.notes,
-                           self._redis_error, self.jobmetrics.count_failure)
+                           self._redis_error, self.jobmetrics.count_failure, self.watch)
         # HUP: the job code (appcode.AppCode, from cli) and the config file, read again
         self.rollout = Rollout(self.children, code, reread or (lambda: self.config))
         self.loading = None      # a HUP's new code loading in a thread (loader.py)
