@@ -2,6 +2,7 @@
 client library's parser) and Sidekiq's per-minute Redis keys, exact after workers die."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -185,6 +186,20 @@ def test_counts_stay_exact_across_a_rolling_restart(daemon, producer, r):
              {("MetricsOk", "default"): 11}, what="every run counted")
     wait_for(lambda: (lambda f, g: f.get("MetricsOk|p") == 11 and sum(g["MetricsOk"]) == 11)(
         *redis_metrics(r)), what="Redis counts")
+    # And each new worker, the one forked into the spare slot included, records into a region
+    # of its own, not the master's (the bug this test was added for: the spare slot's region
+    # was the master's, two writers on one region, whose counts no job count above can tell
+    # apart; the regions themselves can)
+    new = set(d.worker_pids())
+
+    def where() -> dict:
+        metricsjobs.MetricsWhere.perform_async()
+        seen = {int(k): json.loads(v) for k, v in r.hgetall(metricsjobs.WHERE).items()}
+        return new <= set(seen) and seen
+    seen = wait_for(where, 20, interval=0.1, what="a report from each new worker")
+    for pid in new:
+        regions, master = seen[pid]["regions"], seen[pid]["master"]
+        assert master in regions and len(regions) == 2, (pid, seen[pid])
 
 
 def test_a_job_the_master_fails_after_its_worker_died_is_counted_failed(daemon, producer, r):
