@@ -240,6 +240,11 @@ class Fetcher:
                 found = conn.read_response()
             except redis.ResponseError as e:
                 self._unread.pop(0)
+                if isinstance(e, redis.exceptions.NoScriptError) and isinstance(entry, _Ahead):
+                    # Redis lost its scripts (SCRIPT FLUSH, a failover): the next call of
+                    # this script on this connection goes as EVAL again (else every later
+                    # mark of this worker was refused too)
+                    self._loaded.discard(entry.script.sha)
                 if isinstance(entry, _Ahead):
                     # Only a job's end is run again. A mark that only informs is dropped: run
                     # later, it could undo what a later call did (a job's working mark run

@@ -242,3 +242,31 @@ def test_the_same_jid_pushed_twice_into_a_task_is_one_job_run_once(daemon, produ
     (call,) = callbacks(r, task.id)
     assert call[2]["total"] == 2 and call[2]["finished"] == 2
     assert r.llen("queue:default") == 0
+
+
+def test_a_script_flush_in_the_middle_of_a_task_refuses_nothing_for_good(daemon, producer, r):
+    # Given a daemon whose workers have sent the task scripts on their connections (the first
+    # call of a script on a connection is an EVAL; the later ones EVALSHA)
+    task = Task("flushed", on_complete=TComplete)
+    with task.batch():
+        first = TOk.perform_bulk([[i] for i in range(20)])
+    d = daemon(require=JOBS, concurrency=2)
+    wait_for(lambda: sets(r, task)["finished"] == set(first), 20, what="the first half")
+    # When Redis loses its scripts (SCRIPT FLUSH, as after a failover to a replica that
+    # never ran them), and the rest of the task runs: each worker's next mark and end go out
+    # as EVALSHA and are refused with NOSCRIPT
+    r.script_flush()
+    with task.batch():
+        second = TOk.perform_bulk([[i] for i in range(20, 40)])
+    task.seal()
+    wait_for(lambda: callbacks(r, task.id), 30, what="the task's on_complete")
+    # Then every end was written once (an end refused is run again as EVAL), no job is left
+    # working (a refused working mark is dropped, never run after its end), the callback
+    # came once, and the marks are sent as EVAL again (before, a worker whose script cache
+    # entry was gone went on sending EVALSHA: every later mark of that worker was refused)
+    assert sets(r, task)["finished"] == set(first) | set(second)
+    assert sets(r, task)["working"] == set()
+    assert len(callbacks(r, task.id)) == 1
+    from queued.tracking import TASK_MARK
+    assert r.script_exists(TASK_MARK.sha) == [True]
+    assert d.stop() == 0
