@@ -4,7 +4,6 @@ import json
 import os
 import random
 import signal
-import time
 
 import pytest
 import taskjobs
