@@ -4,9 +4,10 @@ match (retry now, delete, kill to dead, reschedule).
 
 Every action is atomic per job and guarded by the job's presence (admin/lua/move.lua): a job
 taken meanwhile by the scheduler, a worker or another admin is simply not acted on, so nothing
-is lost, done twice or left in two places. Bulk actions walk the set with ZSCAN (a job present
-from start to end is seen; one seen twice is harmless), decide in Python, and act in batches of
-``BATCH`` jobs per round trip: retrying 100,000 dead jobs is a few hundred round trips.
+is lost, done twice or left in two places. Bulk actions walk a copy of the set taken when they
+begin (snapshot.py: each job present then is acted on once at most, a job that enters the set
+meanwhile never), decide in Python, and act in batches of ``BATCH`` jobs per round trip:
+retrying 100,000 dead jobs is a few hundred round trips.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..connection import Script
 from ..payload import dumps, with_field
 from ..keys import Keys
 from .entries import Entry, Filter
+from .snapshot import Snapshot
 from .taskmarks import mark_removed
 
 MOVE = Script(os.path.join(os.path.dirname(__file__), "lua"), "move")
@@ -128,30 +130,23 @@ class JobSet:
         return self._bulk("dead", where, progress)
 
     def _bulk(self, action: str, where: Filter | None, progress: Progress | None) -> int:
-        """Act on every match, BATCH jobs per round trip; the number acted on. Bounded: the
-        walk sees each job present at its start once or twice and stops at the end of the
-        set (jobs added meanwhile may or may not be seen), so it always ends."""
+        """Act on every match among the jobs present when it began, BATCH jobs per round
+        trip; the number acted on. It walks a copy of the set taken in one step
+        (snapshot.py): a job that enters the set meanwhile (a retried job failing back into
+        it, a worker's new failure) is not in the copy, so it is never acted on, and each job
+        of the copy is read once, so none is acted on twice."""
+        where = where or Filter()
         done = examined = 0
-        batch: list[Entry] = []
-
-        def flush() -> None:
-            nonlocal done, batch
-            if batch:
-                done += self._act(action, batch)[0]
-                batch = []
-
-        def seen(count: int, _matched: int) -> None:
-            nonlocal examined
-            examined = count
-            flush()
-            if progress:
-                progress(examined, done)
-
-        for entry in self.scan(where, progress=seen):
-            batch.append(entry)
-        flush()
-        if progress:
-            progress(examined, done)
+        with Snapshot(self.r, self.keys, self.key, "zset") as snap:
+            for rows in snap.pages(BATCH):
+                examined += len(rows)
+                batch = [e for e in (Entry(m, s, self.name) for m, s in rows) if where.matches(e)]
+                if batch:
+                    done += self._act(action, batch)[0]
+                if progress:
+                    progress(examined, done)
+        if progress and not examined:
+            progress(0, 0)
         return done
 
     # --- the script ------------------------------------------------------------------------
