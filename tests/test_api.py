@@ -285,8 +285,9 @@ def test_a_queue_deletes_every_match_and_keeps_the_rest_in_order(r, admin):
     deleted = admin.queue("default").delete_all(
         api.Filter.of(klass="Old"), batch=150,
         progress=lambda examined, done: seen.append((examined, done)))
-    # Then those went, the others stay in their order, and progress was told per batch
-    assert deleted == 400 and seen == [(150, 150), (300, 300), (400, 400)]
+    # Then those went, the others stay in their order, and progress was told per batch read
+    # (jobs examined, jobs deleted)
+    assert deleted == 400 and seen == [(150 * k, 50 * k) for k in range(1, 9)]
     assert [e.args[0] for e in admin.queue("default").scan()] == [
         i for i in range(1200) if i % 3]
     # And with no filter it is the queue's clear

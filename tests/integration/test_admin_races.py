@@ -46,3 +46,38 @@ def test_retry_all_retries_each_dead_job_once_while_its_retries_fail_back_into_d
     assert sorted(runs) == sorted(jids)
     assert {jid: c for jid, c in runs.items() if c != 1} == {}
     assert d.stop() == 0
+
+
+def test_a_filtered_delete_of_a_queue_being_consumed_leaves_no_match_behind(daemon, r):
+    # Given 10,000 jobs in a queue that four workers consume, every tenth one's argument
+    # saying del-
+    n = 10_000
+    d = daemon(concurrency=4, job_logging=False, queues=["bulk"])
+    now = time.time()
+    doomed = set()
+    pipe = r.pipeline(transaction=False)
+    for i in range(n):
+        jid = f"{i:024x}"
+        tag = f"del-{i}" if i % 10 == 0 else f"run-{i}"
+        if i % 10 == 0:
+            doomed.add(jid)
+        pipe.lpush("queue:bulk", json.dumps({
+            "retry": True, "queue": "bulk", "class": "Sleep", "args": [0.002, tag],
+            "jid": jid, "created_at": now, "enqueued_at": now}, separators=(",", ":")))
+    pipe.sadd("queues", "bulk")
+    pipe.execute()
+    wait_for(lambda: counts(r, jobs.RUNS), 10, what="the workers to start on the queue")
+    # When every del- job is deleted while the workers take jobs from the other end
+    admin = api.Admin(r)
+    deleted = admin.queue("bulk").delete_all(api.Filter.of(arg="del-"))
+    # Then no del- job is left in the queue
+    left = [e.jid for e in admin.queue("bulk").scan(api.Filter.of(arg="del-"))]
+    assert left == []
+    # and each del- job was either deleted or run by a worker before the delete reached it
+    wait_for(lambda: r.llen("queue:bulk") == 0 and
+             sum(counts(r, jobs.DONE).values()) == n - deleted, 120, interval=0.1,
+             what="the workers to run the rest")
+    ran = set(counts(r, jobs.RUNS))
+    assert len(doomed & ran) + deleted == len(doomed)
+    assert set(counts(r, jobs.RUNS).values()) == {1}
+    assert d.stop() == 0
