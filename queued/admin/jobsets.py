@@ -22,7 +22,7 @@ from ..payload import dumps, with_field
 from ..keys import Keys
 from .entries import Entry, Filter
 from .snapshot import Snapshot
-from .taskmarks import mark_removed
+from .taskmarks import mark_removed, mark_taken
 
 MOVE = Script(os.path.join(os.path.dirname(__file__), "lua"), "move")
 
@@ -120,9 +120,16 @@ class JobSet:
 
     def delete_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
         if not where:
-            # Nothing to pick by: the whole set goes, in one step, as Sidekiq's clear does.
-            return int(self.r.execute_command("EVAL", _CLEAR, 1, self.key))
+            return self.clear()
         return self._bulk("delete", where, progress)
+
+    def clear(self) -> int:
+        """The whole set, in one step, as Sidekiq's clear does; the number it held. Its task
+        jobs are told afterwards (a dead one is final there already)."""
+        with Snapshot(self.r, self.keys, self.key, "zset", take=True) as snap:
+            if self.name != "dead":
+                mark_taken(self.r, self.keys, snap, self.name, WHERE[self.name])
+        return snap.count
 
     def kill_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
         if self.name == "dead":
@@ -161,7 +168,9 @@ class JobSet:
             keys.append(self.keys.queue(queue) if action == "queue" else self.key)
             args += [entry.raw, data, queue]
         done, left, tasks = MOVE(self.r, keys, args)
-        if tasks and action in ("delete", "dead"):
+        # A job deleted from dead is final in its task already: its record keeps the error
+        # it died with (taskmarks.py).
+        if tasks and action in ("delete", "dead") and self.name != "dead":
             mark_removed(self.r, self.keys, [entries[i - 1] for i in tasks], action,
                          WHERE[self.name])
         return [int(done), int(left)]
@@ -196,6 +205,3 @@ class JobSet:
         msg["enqueued_at"] = now
         return dumps(msg)
 
-
-# Sidekiq's JobSet#clear: the whole set, one command (UNLINK), the count it held.
-_CLEAR = "local n = redis.call('ZCARD', KEYS[1]); redis.call('UNLINK', KEYS[1]); return n"

@@ -14,7 +14,7 @@ from ..payload import to_epoch
 from ..keys import Keys
 from .entries import Entry, Filter
 from .snapshot import Snapshot
-from .taskmarks import mark_removed
+from .taskmarks import mark_removed, mark_taken
 
 Progress = Callable[[int, int], None]  # (examined so far, removed so far)
 
@@ -50,12 +50,11 @@ class Queue:
 
     def clear(self) -> int:
         """Drop every job of the queue and the queue from ``queues``, in one step (Sidekiq's
-        Queue#clear); the number of jobs it held."""
-        pipe = self.r.pipeline(transaction=True)
-        pipe.llen(self.key)
-        pipe.unlink(self.key)
-        pipe.srem(self.keys.queues, self.name)
-        return int(pipe.execute()[0])
+        Queue#clear); the number of jobs it held. Its task jobs are told afterwards."""
+        with Snapshot(self.r, self.keys, self.key, "list", take=True,
+                      also=lambda pipe: pipe.srem(self.keys.queues, self.name)) as snap:
+            mark_taken(self.r, self.keys, snap, self.source, f"queue {self.name}")
+        return snap.count
 
     def page(self, offset: int = 0, limit: int = 25) -> list[Entry]:
         """Jobs in the order they will run (the next one first)."""

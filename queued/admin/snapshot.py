@@ -15,7 +15,7 @@ the walk goes on, so one left by an admin that died goes away by itself.
 from __future__ import annotations
 
 import secrets
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import redis as redis_lib
 
@@ -30,26 +30,38 @@ class Snapshot:
     ``rows`` are (member, score) pairs, lowest score first, for a sorted set; the elements
     from the end workers take first (the next to run first) for a list."""
 
-    def __init__(self, r: redis_lib.Redis, keys: Keys, key: str, kind: str):
+    def __init__(self, r: redis_lib.Redis, keys: Keys, key: str, kind: str, *,
+                 take: bool = False, also: Callable[[Any], Any] | None = None):
+        """``take``: move the key itself (RENAME, O(1)): the live key is emptied in the same
+        step, as a clear does; ``also(pipe)`` adds commands to that step."""
         if kind not in ("zset", "list"):
             raise ValueError(f"no snapshot of a {kind}")
         self.r = r
         self.source = key
         self.kind = kind
+        self.take = take
+        self.also = also
         self.key = keys.snapshot(secrets.token_hex(12))
+        self.count = 0  #: how many elements the key held when the snapshot was taken
 
     def __enter__(self) -> Snapshot:
         pipe = self.r.pipeline(transaction=True)
-        pipe.execute_command("COPY", self.source, self.key)
+        pipe.zcard(self.source) if self.kind == "zset" else pipe.llen(self.source)
+        if self.take:
+            pipe.rename(self.source, self.key)  # (an error when there is no key: nothing taken)
+        else:
+            pipe.execute_command("COPY", self.source, self.key)
         pipe.expire(self.key, TTL)
-        pipe.execute()
+        if self.also:
+            self.also(pipe)
+        replies = pipe.execute(raise_on_error=False)
+        if isinstance(replies[0], Exception):
+            raise replies[0]  # (the key holds another type)
+        self.count = int(replies[0])
         return self
 
     def __exit__(self, *exc) -> None:
         self.r.unlink(self.key)
-
-    def size(self) -> int:
-        return int(self.r.zcard(self.key) if self.kind == "zset" else self.r.llen(self.key))
 
     def pages(self, batch: int) -> Iterator[list]:
         """The copy, ``batch`` elements at a time, each element once."""
