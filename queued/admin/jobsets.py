@@ -20,6 +20,8 @@ import redis as redis_lib
 from ..connection import Script
 from ..payload import dumps, with_field
 from ..keys import Keys
+from . import deadlimits
+from .deadlimits import DeadLimits
 from .entries import Entry, Filter
 from .snapshot import Snapshot
 from .taskmarks import mark_removed, mark_taken
@@ -31,8 +33,6 @@ BATCH = 500
 #: A kick (a dead job retried by hand) is counted in the job, as Beanstalkd's stats-job counts
 #: kicks; releases and buries are counted by the worker (job operations).
 KICKS = "kick_count"
-#: Sidekiq's dead-set bounds (the daemon's config may set others; the API writes Sidekiq's).
-DEAD_TIMEOUT, DEAD_MAX_JOBS = 180 * 24 * 3600, 10_000
 
 Progress = Callable[[int, int], None]  # (examined so far, acted on so far)
 #: How a set reads in a removed task job's error ("deleted by an operator from the retry set").
@@ -42,11 +42,14 @@ WHERE = {"schedule": "the schedule", "retry": "the retry set", "dead": "the dead
 class JobSet:
     """``schedule``, ``retry`` or ``dead``. Made by ``Admin.scheduled``/``retries``/``dead``."""
 
-    def __init__(self, r: redis_lib.Redis, keys: Keys, name: str):
+    def __init__(self, r: redis_lib.Redis, keys: Keys, name: str,
+                 dead_limits: DeadLimits | None = None):
         self.r = r
         self.keys = keys
         self.name = name
         self.key = getattr(keys, name)
+        #: dead's bounds when no live daemon publishes its own (deadlimits.py)
+        self.dead_limits = dead_limits
 
     def __repr__(self) -> str:
         return f"<JobSet {self.name}>"
@@ -143,13 +146,15 @@ class JobSet:
         it, a worker's new failure) is not in the copy, so it is never acted on, and each job
         of the copy is read once, so none is acted on twice."""
         where = where or Filter()
+        limits = self._limits() if action == "dead" else None
         done = examined = 0
         with Snapshot(self.r, self.keys, self.key, "zset") as snap:
             for rows in snap.pages(BATCH):
                 examined += len(rows)
-                batch = [e for e in (Entry(m, s, self.name) for m, s in rows) if where.matches(e)]
+                batch = [e for e in (Entry(m, s, self.name) for m, s in rows)
+                         if where.matches(e)]
                 if batch:
-                    done += self._act(action, batch)[0]
+                    done += self._act(action, batch, limits=limits)[0]
                 if progress:
                     progress(examined, done)
         if progress and not examined:
@@ -157,11 +162,18 @@ class JobSet:
         return done
 
     # --- the script ------------------------------------------------------------------------
-    def _act(self, action: str, entries: Iterable[Entry], score: float = 0.0) -> list[int]:
-        """One move.lua call for ``entries``: [acted on, left (destination of another type)]."""
+    def _limits(self) -> DeadLimits:
+        return deadlimits.resolve(self.r, self.keys, self.dead_limits)
+
+    def _act(self, action: str, entries: Iterable[Entry], score: float = 0.0,
+             limits: DeadLimits | None = None) -> list[int]:
+        """One move.lua call for ``entries``: [acted on, left (destination of another type)].
+        A kill trims dead to ``limits`` (else the bounds deadlimits.py finds now)."""
         now = time.time()
         keys = [self.key, self.keys.queues, self.keys.dead]
-        args: list = [action, repr(now), repr(now - DEAD_TIMEOUT), -DEAD_MAX_JOBS]
+        if action == "dead" and limits is None:
+            limits = self._limits()
+        args: list = [action, repr(now), *(limits or deadlimits.SIDEKIQ).trim_args(now)]
         entries = list(entries)
         for entry in entries:
             data, queue = self._written(action, entry, now, score)

@@ -158,3 +158,22 @@ def test_remote_quiet_dump_and_stop(daemon, producer, r):
     assert ctl_json("processes", url=url) == []
     assert ctl("ping", "--queue", "default", url=url).returncode == 1
     assert ctl_json("stats", url=url)["enqueued"] == 1
+
+
+def test_a_kill_keeps_as_many_dead_jobs_as_the_daemons_keep(daemon, r):
+    # Given a daemon told to keep 20,000 dead jobs for 400 days, 12,000 dead jobs (some
+    # older than Sidekiq's 180 days) and one job in retry
+    d = daemon(concurrency=1, dead_max_jobs=20_000, dead_timeout_in_seconds=400 * 86400)
+    wait_for(lambda: "dead_max_jobs" in r.hget(d.identity(), "info").decode(), 10,
+             what="the daemon to publish its dead-set bounds")
+    now = time.time()
+    r.zadd("dead", {json.dumps({"class": "Record", "args": [i], "jid": f"{i:024x}",
+                                "queue": "default"}): now - (i % 300) * 86400 - 1
+                    for i in range(12_000)})
+    r.zadd("retry", {json.dumps({"class": "Record", "args": ["k"], "jid": "k" * 24,
+                                 "queue": "default", "retry_count": 1}): now + 3600})
+    # When queuedctl kills it to dead
+    assert ctl_json("kill", "retry", "--all", url=d.redis_url)["done"] == 1
+    # Then dead keeps every job the daemon would keep: none trimmed
+    assert r.zcard("dead") == 12_001
+    assert d.stop() == 0
