@@ -4,6 +4,7 @@ search, the per-class metrics reader on Sidekiq 7's layout, the Prometheus gauge
 the client library's parser, and ``queuedctl web``'s errors."""
 from __future__ import annotations
 
+import html
 import json
 import re
 import socket
@@ -255,3 +256,138 @@ def test_queuedctl_web_errors(redis_url):
         dead_port = closed.getsockname()[1]
     down = ctl("web", "--redis", f"redis://127.0.0.1:{dead_port}/0", "--timeout", "1")
     assert down.returncode == 3 and "unreachable" in down.stderr
+
+
+# --- every name Redis can hold addresses exactly its queue, job or class -----------------------
+# Over the real `queuedctl web` (uvicorn decodes a path once, as in production; Starlette's
+# TestClient decodes it twice and would mangle a name holding %41).
+
+#: Queue names and jids with every character that means something in a URL, and the empty one.
+ODD_NAMES = ["critical?old", "critical", "critical#frag", "a%41b", "mailers/high", "with space",
+             "ünï/cødé ✓", "", "../dead", ".", "..", "x" * 2000 + "?end", "q&r=s",
+             'quo"te<b>', "tab\tand\nnewline"]
+
+
+@pytest.fixture(scope="module")
+def served(redis_server, tmp_path_factory):
+    from webserve import serve
+    log = tmp_path_factory.mktemp("web") / "web.log"
+    with serve(redis_server.url, str(log)) as base:
+        yield base
+
+
+@pytest.fixture
+def browser_like(served, r):
+    """An HTTP client with a cookie jar on the served dashboard (``r`` flushed Redis first)."""
+    with httpx.Client(base_url=served, timeout=20, follow_redirects=True) as c:
+        yield c
+
+
+def rows_by(page: str, attribute: str) -> dict[str, str]:
+    """{the unescaped value of ``attribute`` on a table row: that row's HTML}."""
+    return {html.unescape(value): row for value, row in
+            re.findall(rf'<tr {attribute}="([^"]*)">(.*?)</tr>', page, re.S)}
+
+
+def attr(fragment: str, name: str) -> str:
+    return html.unescape(re.search(rf'{name}="([^"]*)"', fragment).group(1))
+
+
+def heading(page: str) -> str:
+    return html.unescape(re.search(r"<h1>(.*?)</h1>", page, re.S).group(1))
+
+
+def test_every_queue_row_links_and_acts_on_exactly_its_queue(browser_like, r):
+    # Given a queue of each odd name, each with one job
+    for i, name in enumerate(ODD_NAMES):
+        r.sadd("queues", name)
+        r.lpush(f"queue:{name}", json.dumps({"class": "X", "args": [i], "jid": f"j{i}"}))
+    page = browser_like.get("/queues")
+    # Then the list page shows every one of them
+    assert page.status_code == 200
+    rows = rows_by(page.text, "data-queue")
+    assert sorted(rows) == sorted(ODD_NAMES)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+    for i, name in enumerate(ODD_NAMES):
+        # and its row's link opens that queue's page, with that queue's job
+        shown = browser_like.get(attr(rows[name], "href"))
+        assert shown.status_code == 200, name
+        assert f"<code>{name}</code>" in heading(shown.text)
+        assert f"<code>j{i}</code>" in shown.text
+    for i, name in enumerate(ODD_NAMES):
+        # When its row's Clear is pressed
+        before = {n: r.llen(f"queue:{n}") for n in ODD_NAMES}
+        done = browser_like.post(attr(rows[name], "action"),
+                                 data={"csrf_token": token, "action": "clear"})
+        # Then exactly that queue was cleared, and the browser went back to the list
+        assert done.status_code == 200 and str(done.url.path) == "/queues", name
+        after = {n: r.llen(f"queue:{n}") for n in ODD_NAMES}
+        assert after == {**before, name: 0}, name
+        assert f"cleared {name}: 1 jobs deleted" in html.unescape(done.text)
+
+
+def test_pause_from_a_queues_own_page_pauses_exactly_that_queue(browser_like, r):
+    for name in ODD_NAMES:
+        r.sadd("queues", name)
+        r.lpush(f"queue:{name}", json.dumps({"class": "X", "args": [], "jid": "j"}))
+    rows = rows_by(browser_like.get("/queues").text, "data-queue")
+    for name in ODD_NAMES:
+        own = browser_like.get(attr(rows[name], "href")).text
+        form = re.search(r'<form method="post" action="([^"]*)"', own).group(1)
+        token = re.search(r'name="csrf_token" value="([^"]+)"', own).group(1)
+        done = browser_like.post(html.unescape(form), data={"csrf_token": token,
+                                                            "action": "pause"})
+        assert done.status_code == 200 and f"<code>{name}</code>" in heading(done.text), name
+    assert {n.decode() for n in r.smembers("paused")} == set(ODD_NAMES)
+
+
+def test_every_job_row_links_and_acts_on_exactly_its_job(browser_like, r):
+    # Given dead, retry and scheduled jobs whose jids (and queues) are the odd names
+    for key, slug in (("dead", "dead"), ("retry", "retries"), ("schedule", "scheduled")):
+        r.zadd(key, {json.dumps({"class": "X", "args": [i], "jid": name, "queue": name,
+                                 "error_class": "E", "error_message": "m"}): 1000.0 + i
+                     for i, name in enumerate(ODD_NAMES)})
+        page = browser_like.get(f"/{slug}")
+        # Then the list page shows each
+        assert page.status_code == 200
+        rows = rows_by(page.text, "data-jid")
+        assert sorted(rows) == sorted(ODD_NAMES)
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+        for name in ODD_NAMES:
+            # and its link opens that job
+            detail = browser_like.get(attr(rows[name], "href"))
+            assert detail.status_code == 200, (slug, name)
+            assert f"<code>{name}</code>" in heading(detail.text)
+        for name in ODD_NAMES:
+            # When its row is ticked and deleted, exactly that job goes
+            box = re.search(r'<input type="checkbox" name="job" value="([^"]*)"', rows[name])
+            done = browser_like.post(f"/{slug}", data={
+                "csrf_token": token, "scope": "selected", "action": "delete",
+                "job": html.unescape(box.group(1))})
+            assert done.status_code == 200 and "deleted 1 job" in done.text, (slug, name)
+            left = {json.loads(m)["jid"] for m in r.zrange(key, 0, -1)}
+            assert name not in left
+        assert r.zcard(key) == 0
+
+
+def test_busy_and_metrics_pages_link_odd_queue_and_class_names(browser_like, r):
+    # Given a live process running a job from queue mailers/high, and metrics of a class
+    # whose name holds ? and /
+    identity = "h:1:abc"
+    r.sadd("processes", identity)
+    r.hset(identity, mapping={"info": json.dumps({"hostname": "h", "pid": 1, "concurrency": 1,
+                                                  "queues": ["mailers/high"]}),
+                              "busy": "1", "beat": str(time.time()), "quiet": "false"})
+    r.hset(f"{identity}:workers", "t1", json.dumps({
+        "queue": "mailers/high", "run_at": time.time(),
+        "payload": {"class": "Mail", "args": [], "jid": "m1", "queue": "mailers/high"}}))
+    klass = "Odd/Class?v=1#x"
+    r.hincrby(m.minute_key(time.time()), f"{klass}|p", 3)
+    busy = browser_like.get("/busy")
+    assert busy.status_code == 200
+    link = re.search(r'<td><a href="([^"]*)">mailers/high</a></td>', busy.text).group(1)
+    assert "<code>mailers/high</code>" in heading(browser_like.get(html.unescape(link)).text)
+    metrics = browser_like.get("/job-metrics")
+    row = rows_by(metrics.text, "data-class")[klass]
+    detail = browser_like.get(attr(row, "href"))
+    assert detail.status_code == 200 and klass in heading(detail.text)

@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from ..entries import Entry, Filter
 from ..jobsets import JobSet
-from .render import PAGE_SIZE, act, int_param, pager, render, web_of
+from .render import PAGE_SIZE, act, int_param, pager, path_param, render, web_of
 
 #: URL -> (the JobSet's name, the title). Sidekiq's Web UI calls dead the morgue.
 SETS = {"scheduled": ("schedule", "Scheduled"), "retries": ("retry", "Retries"),
@@ -97,7 +97,7 @@ def _find(js: JobSet, score: str, jid: str) -> Entry | None:
 
 def job(request: Request):
     slug, js, title = _jobset(request)
-    entry = _find(js, request.path_params["score"], request.path_params["jid"])
+    entry = _find(js, request.path_params["score"], path_param(request, "jid"))
     if entry is None:
         raise HTTPException(404, "this job is no longer there (it ran, moved or was deleted)")
     return render(request, "job.html", {"slug": slug, "title": title, "name": js.name,
@@ -151,6 +151,6 @@ def _past(verb: str) -> str:
     return {"retry": "retried", "delete": "deleted", "kill": "killed"}[verb]
 
 
-routes = [Route("/{set:str}/{score:str}/{jid:str}", job, name="job"),
+routes = [Route("/{set:str}/{score:str}/{jid:queued_name}", job, name="job"),
           Route("/{set:str}", listing, name="jobset"),
           Route("/{set:str}", action, methods=["POST"], name="jobset_action")]
