@@ -33,7 +33,7 @@ def dead_job(jid, klass="X", args=(1,), error="Boom") -> bytes:
 
 @pytest.fixture
 def client(r):
-    with TestClient(create_app(r)) as c:
+    with TestClient(create_app(r), base_url="http://localhost") as c:
         yield c
 
 
@@ -56,7 +56,7 @@ def test_every_post_without_a_valid_token_is_refused_and_changes_nothing(client,
     r.lpush("queue:default", dead_job("c"))
     r.sadd("queues", "default")
     good = token(client)
-    other = TestClient(client.app)  # another browser: its own cookie
+    other = TestClient(client.app, base_url="http://localhost")  # another browser
     forged = token(other)
     for data in (form, {**form, "csrf_token": "x"}, {**form, "csrf_token": forged}):
         assert client.post(path, data=data, follow_redirects=False).status_code == 403
@@ -85,7 +85,7 @@ def test_security_headers_and_the_csrf_cookie(client):
 
 
 def test_basic_auth_when_asked(r):
-    c = TestClient(create_app(r, auth="admin:s3cret"))
+    c = TestClient(create_app(r, auth="admin:s3cret"), base_url="http://localhost")
     assert c.get("/").status_code == 401
     assert c.get("/", auth=("admin", "wrong")).status_code == 401
     assert c.get("/", auth=("admin", "s3cret")).status_code == 200
@@ -93,7 +93,7 @@ def test_basic_auth_when_asked(r):
 
 def test_mounted_in_a_starlette_site_its_links_carry_the_prefix(r):
     site = Starlette(routes=[Mount("/ops/queued", app=create_app(r))])
-    c = TestClient(site)
+    c = TestClient(site, base_url="http://localhost")
     page = c.get("/ops/queued/queues")
     assert page.status_code == 200
     assert 'href="/ops/queued/static/app.css"' in page.text
@@ -104,10 +104,80 @@ def test_mounted_in_a_starlette_site_its_links_carry_the_prefix(r):
 def test_the_wsgi_app_serves_the_same_pages(r):
     r.zadd("dead", {dead_job("w1"): 1})
     wsgi = create_wsgi_app(r)
-    with httpx.Client(transport=httpx.WSGITransport(app=wsgi), base_url="http://x") as c:
+    with httpx.Client(transport=httpx.WSGITransport(app=wsgi),
+                      base_url="http://localhost") as c:
         page = c.get("/dead")
         assert page.status_code == 200 and 'data-jid="w1"' in page.text
         assert c.get("/stats").json()["dead"] == 1
+
+
+# --- Host: only the names the dashboard is served under (DNS rebinding) ----------------------
+
+def test_a_dns_rebinding_page_gets_no_token_and_acts_on_nothing(served, r):
+    # Given the operator's own browser on the dashboard, and a job waiting in default
+    r.sadd("queues", "default")
+    r.lpush("queue:default", dead_job("waiting"))
+    port = httpx.URL(served).port
+    with httpx.Client(base_url=served, timeout=20) as own:
+        page = own.get("/queues/default")
+        assert page.status_code == 200
+        good = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+        # When a page of attacker.example, whose name now resolves to 127.0.0.1, reads the
+        # dashboard and posts to it (the browser sends its own Host, and this cookie)
+        attacker = {"host": f"attacker.example:{port}"}
+        for path in ("/", "/queues", "/queues/default", "/dead", "/stats", "/metrics"):
+            read = own.get(path, headers=attacker)
+            # Then it is refused before any page, token or cookie is served
+            assert read.status_code == 400, path
+            assert "set-cookie" not in read.headers and "csrf_token" not in read.text
+            assert read.text == f"queued: this dashboard does not answer to host " \
+                                f"attacker.example:{port} (queuedctl web --allow-host)\n"
+        posted = own.post("/queues/default", headers=attacker,
+                          data={"csrf_token": good, "action": "clear"})
+        assert posted.status_code == 400
+        assert r.llen("queue:default") == 1
+        # And the names of the bound loopback address, on its port, are answered
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}",
+                     f"LocalHost.:{port}"):
+            assert own.get("/stats", headers={"host": host}).status_code == 200, host
+        for host in ("127.0.0.1", f"127.0.0.1:{port + 1}", f"localhost.attacker.example:{port}",
+                     f"attacker.example:{port}@127.0.0.1", "", f"[::1]x:{port}"):
+            assert own.get("/stats", headers={"host": host}).status_code == 400, host
+
+
+def test_allow_host_adds_the_names_an_operator_serves_it_under(redis_server, tmp_path):
+    from webserve import serve
+    with serve(redis_server.url, str(tmp_path / "web.log"), "--allow-host", "ops.example.com",
+               "--allow-host", "db.example.com:8443") as base:
+        for host, status in (("ops.example.com", 200), ("ops.example.com:9000", 200),
+                             ("OPS.example.com", 200), ("db.example.com:8443", 200),
+                             ("db.example.com", 400), ("db.example.com:8444", 400),
+                             ("evil.example.com", 400)):
+            got = httpx.get(base + "/stats", headers={"host": host}, timeout=20)
+            assert got.status_code == status, host
+
+
+def test_the_mountable_app_checks_host_too(r):
+    # By default: the loopback names, on any port
+    default = create_app(r)
+    assert TestClient(default, base_url="http://localhost:8000").get("/").status_code == 200
+    assert TestClient(default, base_url="http://127.0.0.1").get("/").status_code == 200
+    assert TestClient(default, base_url="http://attacker.example").get("/").status_code == 400
+    # Given the names of the site it is mounted in
+    site = Starlette(routes=[Mount("/ops/queued", app=create_app(
+        r, allowed_hosts=["intranet.example"]))])
+    assert TestClient(site, base_url="http://intranet.example").get(
+        "/ops/queued/queues").status_code == 200
+    assert TestClient(site, base_url="http://localhost").get(
+        "/ops/queued/queues").status_code == 400
+    # "*": the site in front checks Host itself (Django's ALLOWED_HOSTS)
+    assert TestClient(create_app(r, allowed_hosts=["*"]),
+                      base_url="http://any.example").get("/").status_code == 200
+    wsgi = create_wsgi_app(r, allowed_hosts=["intranet.example"])
+    for host, status in (("intranet.example", 200), ("attacker.example", 400)):
+        with httpx.Client(transport=httpx.WSGITransport(app=wsgi),
+                          base_url=f"http://{host}") as c:
+            assert c.get("/stats").status_code == status
 
 
 # --- the sets: paging and the bounded search ---------------------------------------------------
