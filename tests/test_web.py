@@ -43,28 +43,50 @@ def token(client, path="/dead") -> str:
 
 # --- CSRF, GET, headers, auth -------------------------------------------------------------------
 
-POSTS = [("/dead", {"action": "delete", "scope": "all"}),
-         ("/retries", {"action": "delete", "scope": "all"}),
-         ("/queues/default", {"action": "clear"}),
-         ("/busy", {"action": "stop", "identity": "*"})]
+#: Every kind of POST, and what it changed once done: (dead, retry, default's jobs, the live
+#: process's remote signals).
+POSTS = [("/dead", {"action": "delete", "scope": "all"}, (0, 1, 1, [])),
+         ("/retries", {"action": "delete", "scope": "all"}, (1, 0, 1, [])),
+         ("/queues/default", {"action": "clear"}, (1, 1, 0, [])),
+         ("/busy", {"action": "stop", "identity": "*"}, (1, 1, 1, [b"TERM"]))]
+LIVE = "web-host:4242:0a1b2c"
 
 
-@pytest.mark.parametrize("path,form", POSTS)
-def test_every_post_without_a_valid_token_is_refused_and_changes_nothing(client, r, path, form):
+def live_process(r, identity=LIVE, busy=0, concurrency=4):
+    """A process record as a live daemon's heartbeat leaves it."""
+    r.sadd("processes", identity)
+    r.hset(identity, mapping={"info": json.dumps({"hostname": "web-host", "pid": 4242,
+                                                  "concurrency": concurrency,
+                                                  "queues": ["default"]}),
+                              "busy": str(busy), "beat": str(time.time()), "quiet": "false"})
+
+
+@pytest.mark.parametrize("path,form,effect", POSTS)
+def test_every_post_without_a_valid_token_is_refused_and_changes_nothing(client, r, path, form,
+                                                                         effect):
+    # Given a job in dead, in retry and in default, and a live process a stop would signal
     r.zadd("dead", {dead_job("a"): 1})
     r.zadd("retry", {dead_job("b"): 1})
     r.lpush("queue:default", dead_job("c"))
     r.sadd("queues", "default")
+    live_process(r)
+
+    def state():
+        return (r.zcard("dead"), r.zcard("retry"), r.llen("queue:default"),
+                r.lrange(f"{LIVE}-signals", 0, -1))
+
     good = token(client)
     other = TestClient(client.app, base_url="http://localhost")  # another browser
     forged = token(other)
+    # When it is posted with no token, a wrong one, or another browser's
     for data in (form, {**form, "csrf_token": "x"}, {**form, "csrf_token": forged}):
         assert client.post(path, data=data, follow_redirects=False).status_code == 403
-    assert (r.zcard("dead"), r.zcard("retry"), r.llen("queue:default")) == (1, 1, 1)
-    assert r.llen(b"signals") == 0
+    # Then nothing changed
+    assert state() == (1, 1, 1, [])
     # and with this browser's own token it is done
     assert client.post(path, data={**form, "csrf_token": good},
                        follow_redirects=False).status_code == 303
+    assert state() == effect
 
 
 def test_get_never_acts(client, r):
@@ -283,6 +305,9 @@ def test_prometheus_gauges_parsed_with_the_client_library(client, r):
     r.zadd("schedule", {dead_job("s"): 1})
     r.zadd("retry", {dead_job("r1"): 1, dead_job("r2"): 2})
     r.zadd("dead", {dead_job(f"d{i}"): i for i in range(3)})
+    live_process(r, "h:1:a", busy=2)
+    live_process(r, "h:2:b", busy=1)
+    r.sadd("processes", "h:3:gone")  # its record expired: Sidekiq's Stats counts it too
     response = client.get("/metrics")
     assert response.headers["content-type"].startswith("text/plain; version=")
     samples = {}
@@ -295,8 +320,8 @@ def test_prometheus_gauges_parsed_with_the_client_library(client, r):
     assert samples[("queued_scheduled_jobs", ())] == 1
     assert samples[("queued_retry_jobs", ())] == 2
     assert samples[("queued_dead_jobs", ())] == 3
-    assert samples[("queued_processes", ())] == 0
-    assert samples[("queued_busy_workers", ())] == 0
+    assert samples[("queued_processes", ())] == 3
+    assert samples[("queued_busy_workers", ())] == 3
     assert samples[("queued_queues", ())] == 2
     assert samples[("queued_queue_enqueued_jobs", (("queue", "default"),))] == 1
     assert samples[("queued_queue_enqueued_jobs", (("queue", "low"),))] == 0
