@@ -4,6 +4,7 @@ search, the per-class metrics reader on Sidekiq 7's layout, the Prometheus gauge
 the client library's parser, and ``queuedctl web``'s errors."""
 from __future__ import annotations
 
+import base64
 import html
 import json
 import re
@@ -11,6 +12,8 @@ import socket
 import subprocess
 import sys
 import time
+import tracemalloc
+import zlib
 
 import httpx
 import pytest
@@ -21,6 +24,7 @@ from starlette.testclient import TestClient
 
 from harness import ROOT
 from queued.admin import metrics as m
+from queued.admin.entries import Entry
 from queued.admin.web import create_app, create_wsgi_app
 from queued.admin.web import pages_jobs
 from queued.admin.web.security import CSP
@@ -228,6 +232,58 @@ def test_a_page_of_dead_is_read_by_index_newest_first(client, r):
     page2 = client.get("/dead", params={"page": 2}).text
     assert re.findall(r'<tr data-jid="(j\d+)"', page2) == [f"j{i}" for i in range(34, 9, -1)]
     assert "page 2 of 3" in page2
+
+
+# --- a job's backtrace: hostile data is shown as unreadable, bounded, never a 500 ----------------
+
+def blob(raw: bytes) -> str:
+    """error_backtrace as Sidekiq writes it: base64 of zlib."""
+    return base64.b64encode(zlib.compress(raw, 9)).decode()
+
+
+HOSTILE = {
+    "not base64": "!!!% not base64 at all %%%",
+    "base64, not zlib": base64.b64encode(b"plain bytes, never compressed").decode(),
+    "zlib, not JSON": blob(b"\x00\xff not json"),
+    "zlib, not UTF-8": blob(b'["\xff\xfe"]'),
+    "a JSON object": blob(b'{"a": 1}'),
+    "a cut stream": base64.b64encode(zlib.compress(b'["a", "b"]' * 100)[:-10]).decode(),
+    "nested deeper than Python recurses": blob(b"[" * 200_000 + b"]" * 200_000),
+    "a bomb: 64 MiB of one line": blob(b'["' + b"A" * (64 << 20) + b'"]'),
+}
+
+
+@pytest.mark.parametrize("what", list(HOSTILE))
+def test_a_hostile_backtrace_is_never_a_500(client, r, what):
+    # Given a dead job whose error_backtrace is hostile
+    msg = {"class": "X", "args": [], "jid": "bt", "queue": "default", "error_class": "E",
+           "error_message": "m", "error_backtrace": HOSTILE[what]}
+    r.zadd("dead", {json.dumps(msg): 1000.0})
+    # When its page is opened, Then it is shown, the backtrace said to be unreadable
+    page = client.get("/dead/1000.0/bt")
+    assert page.status_code == 200
+    backtrace = re.search(r'<pre class="backtrace">(.*?)</pre>', page.text, re.S)
+    assert backtrace is None or backtrace.group(1).startswith("(the backtrace")
+
+
+def test_a_backtrace_bomb_is_read_in_bounded_memory():
+    # Given a backtrace that inflates to 256 MiB from a few hundred KiB
+    bomb = blob(b'["' + b"A" * (256 << 20) + b'"]')
+    assert len(bomb) < 1 << 20
+    entry = Entry(json.dumps({"jid": "b", "error_backtrace": bomb}).encode(), 1.0, "dead")
+    # When it is decoded, Then no more than about the 1 MiB bound is ever held
+    tracemalloc.start()
+    try:
+        lines = pages_jobs.backtrace(entry)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert lines == ["(the backtrace is larger than 1 MiB: not shown)"]
+    assert peak < 8 << 20
+    # and a good one of Sidekiq's is read whole
+    good = Entry(json.dumps({"jid": "g", "error_backtrace": blob(
+        json.dumps(["app.rb:1:in `x'", "app.rb:2"]).encode())}).encode(), 1.0, "dead")
+    assert pages_jobs.backtrace(good) == ["app.rb:1:in `x'", "app.rb:2"]
 
 
 # --- metrics: the reader on Sidekiq 7's layout ---------------------------------------------------

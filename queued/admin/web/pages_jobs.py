@@ -105,18 +105,26 @@ def job(request: Request):
 
 
 def backtrace(entry: Entry) -> list[str]:
-    """Sidekiq's ``error_backtrace``: a list (before 6.0) or base64 of zlib of a JSON list."""
+    """Sidekiq's ``error_backtrace``: a list (before 6.0) or base64 of zlib of a JSON list.
+    The blob is data from Redis, not trusted: it is inflated to BACKTRACE_MAX at most (a zip
+    bomb is cut there and said to be too large), and anything unreadable (not base64, not
+    zlib, not a JSON list, nested past what the parser recurses into) says so instead."""
     blob = entry.msg.get("error_backtrace") if entry.msg else None
     if isinstance(blob, list):
         return [str(line) for line in blob]
     if not isinstance(blob, str) or not blob:
         return []
     try:
-        raw = zlib.decompressobj().decompress(base64.b64decode(blob), BACKTRACE_MAX)
-        lines = json.loads(raw)
-    except (binascii.Error, zlib.error, ValueError):
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(base64.b64decode(blob), BACKTRACE_MAX)
+        if inflater.unconsumed_tail:
+            return [f"(the backtrace is larger than {BACKTRACE_MAX >> 20} MiB: not shown)"]
+        lines = json.loads(raw) if inflater.eof else None  # (not eof: a cut stream)
+    except (binascii.Error, zlib.error, ValueError, RecursionError):
         return ["(the backtrace could not be read)"]
-    return [str(line) for line in lines] if isinstance(lines, list) else []
+    if not isinstance(lines, list):
+        return ["(the backtrace could not be read)"]
+    return [str(line) for line in lines]
 
 
 ACTIONS = ("retry", "delete", "kill")
