@@ -92,7 +92,7 @@ def run_web(ctx: Context, args: argparse.Namespace) -> int:
         raise Usage(f"cannot listen on {args.bind}: {e.strerror or e}") from None
     bound = sock.getsockname()[1]
     app = create_app(ctx.client, namespace=ctx.namespace, auth=args.auth,
-                     poll_interval=args.poll,
+                     poll_interval=args.poll, dead_limits=ctx.dead_limits,
                      allowed_hosts=allowed_hosts(host, bound, args.allow_host))
     shown = f"[{host}]" if ":" in host else host
     sys.stderr.write(f"queuedctl web: dashboard at http://{shown}:{bound}/ "

@@ -30,6 +30,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from queued import config
 from queued.errors import ConfigError, QueuedError
 
 log = logging.getLogger("queued.master")
@@ -87,7 +88,7 @@ class EmbeddedRedis:
         self.socket = os.path.join(self.directory, "redis.sock")
         self.logfile = os.path.join(self.directory, "redis.log")
         self.pidfile = os.path.join(self.directory, "redis.pid")
-        self.url = f"unix://{self.socket}?db=0"
+        self.url = config.embedded_socket_url(self.directory)
         self._proc: subprocess.Popen | None = None
         self._owner = 0  # the PID that started it; only that process may stop it
         self.retry_at = 0.0  # after a failed restart, when to try again (monotonic)
