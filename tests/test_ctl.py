@@ -461,7 +461,7 @@ def test_without_rich_tables_say_how_to_get_them_and_the_rest_works(full, redis_
     for args in (["stats"], ["jobs", "dead"], ["processes"]):
         proc = ctl(*args, url=redis_url, env=env)
         assert (proc.returncode, proc.stdout) == (2, "")
-        assert proc.stderr == ("queuedctl: tables need rich: pip install 'queued[admin]' "
+        assert proc.stderr == ("queuedctl: tables need rich: pip install 'queued-jobs[admin]' "
                                "(or use --json)\n")
     assert ctl_json("stats", url=redis_url, env=env)["dead"] == 3
     assert ctl("ping", url=redis_url, env=env).returncode == 0

@@ -14,7 +14,7 @@ from .hosts import parse_host
 DEFAULT_BIND = "127.0.0.1:7433"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 WILDCARD = ("0.0.0.0", "::")
-INSTALL_HINT = "the dashboard needs the web extra: pip install 'queued[web]'"
+INSTALL_HINT = "the dashboard needs the web extra: pip install 'queued-jobs[web]'"
 
 EPILOG = """\
 examples:

