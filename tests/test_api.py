@@ -322,3 +322,17 @@ def test_a_queue_deletes_every_match_and_keeps_the_rest_in_order(r, admin):
         i for i in range(1200) if i % 3]
     # And with no filter it is the queue's clear
     assert admin.queue("default").delete_all() == 800 and r.smembers("queues") == set()
+
+
+def test_a_set_or_queue_of_another_type_is_refused_and_left_as_it_was(r, admin):
+    import redis as redis_lib
+    r.set("dead", "not a zset")
+    r.hset("queue:odd", "not", "a list")
+    for act in (admin.dead.retry_all, admin.dead.delete_all,
+                lambda: admin.queue("odd").delete_all(api.Filter.of(klass="X")),
+                admin.queue("odd").clear):
+        with pytest.raises(redis_lib.ResponseError):
+            act()
+    assert r.get("dead") == b"not a zset" and r.hgetall("queue:odd") == {b"not": b"a list"}
+    assert r.keys("queued:snapshot:*") == []
+    assert r.ttl("dead") == -1 and r.ttl("queue:odd") == -1

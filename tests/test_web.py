@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+import urllib.parse
 import zlib
 
 import httpx
@@ -91,6 +92,19 @@ def test_every_post_without_a_valid_token_is_refused_and_changes_nothing(client,
     assert client.post(path, data={**form, "csrf_token": good},
                        follow_redirects=False).status_code == 303
     assert state() == effect
+
+
+def test_an_action_on_a_key_of_another_type_says_so_and_changes_nothing(client, r):
+    r.set("retry", "not a zset")
+    done = client.post("/retries", data={"csrf_token": token(client), "action": "delete",
+                                         "scope": "all"}, follow_redirects=False)
+    assert done.status_code == 303
+    assert "Redis refused: WRONGTYPE retry holds a string, not a zset" in \
+        urllib.parse.unquote_plus(done.headers["location"])
+    assert r.get("retry") == b"not a zset"
+    # and the page itself says what is wrong
+    page = client.get("/retries", headers={"accept": "text/html"})
+    assert page.status_code == 500 and "Redis refused: WRONGTYPE" in page.text
 
 
 def test_get_never_acts(client, r):

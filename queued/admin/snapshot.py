@@ -45,6 +45,10 @@ class Snapshot:
         self.count = 0  #: how many elements the key held when the snapshot was taken
 
     def __enter__(self) -> Snapshot:
+        kind = self.r.type(self.source).decode()
+        if kind not in ("none", self.kind):
+            raise redis_lib.ResponseError(
+                f"WRONGTYPE {self.source} holds a {kind}, not a {self.kind}: left as it is")
         pipe = self.r.pipeline(transaction=True)
         pipe.zcard(self.source) if self.kind == "zset" else pipe.llen(self.source)
         if self.take:
@@ -55,8 +59,13 @@ class Snapshot:
         if self.also:
             self.also(pipe)
         replies = pipe.execute(raise_on_error=False)
-        if isinstance(replies[0], Exception):
-            raise replies[0]  # (the key holds another type)
+        if isinstance(replies[0], Exception):  # its type changed since TYPE: put it back
+            if self.take:
+                self.r.rename(self.key, self.source)
+                self.r.persist(self.source)
+            else:
+                self.r.unlink(self.key)
+            raise replies[0]
         self.count = int(replies[0])
         return self
 

@@ -63,7 +63,7 @@ def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | N
                     name="static"), *pages_jobs.routes]
     app = Starlette(debug=debug, routes=routes, exception_handlers={
         HTTPException: _http_error, redis_lib.ConnectionError: _redis_down,
-        redis_lib.TimeoutError: _redis_down})
+        redis_lib.TimeoutError: _redis_down, redis_lib.ResponseError: _redis_refused})
     app.state.web = web
     app.add_middleware(CsrfCookie)
     app.add_middleware(SecurityHeaders)
@@ -85,6 +85,15 @@ async def _http_error(request: Request, exc: HTTPException):
         return PlainTextResponse(f"{exc.detail}\n", exc.status_code)
     return render(request, "error.html", {"status": exc.status_code, "detail": exc.detail},
                   exc.status_code)
+
+
+async def _redis_refused(request: Request, exc: Exception):
+    """A key of another type than Sidekiq's (``retry`` set to a string): said, not a
+    traceback."""
+    text = f"Redis refused: {' '.join(str(exc).split())}"
+    if "text/html" not in request.headers.get("accept", ""):
+        return PlainTextResponse(text + "\n", 500)
+    return render(request, "error.html", {"status": 500, "detail": text}, 500)
 
 
 async def _redis_down(request: Request, exc: Exception):

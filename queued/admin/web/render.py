@@ -171,7 +171,10 @@ async def act(request: Request, work: Callable[[Web, FormData], str], back: str,
     browser back to page ``back`` with what was done (Post/Redirect/Get)."""
     web = web_of(request)
     form = await web.csrf.form(request)
-    message = await run_in_threadpool(work, web, form)
+    try:
+        message = await run_in_threadpool(work, web, form)
+    except redis_lib.ResponseError as e:  # (a key of another type: nothing was done to it)
+        message = f"Redis refused: {' '.join(str(e).split())}"
     query = {k: v for k, v in _back_query(form).items()}
     query["msg"] = message
     return RedirectResponse(path_for(request)(back, _query=query, **params), status_code=303)
