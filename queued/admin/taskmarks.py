@@ -1,7 +1,8 @@
-"""A job of a task that an operator removes (deleted from a queue or a set, or killed to dead)
-will never run again, so its task is told: the job becomes a final ``error`` there, with its
-last error and how it was removed (a clear of a whole set or queue too). Without this the task would wait for it for ever (an
-enqueued or retrying job keeps a task from completing), or show a dead job as still retrying.
+"""A job of a task that an operator removes (deleted from a queue or a set, cleared with it, or
+killed to dead) will never run again, so its task is told: the job becomes a final ``error``
+there, with its last error and how it was removed. Without this the task would wait for it for
+ever (an enqueued or retrying job keeps a task from completing), or show a dead job as still
+retrying.
 
 Marked after the removal, by the same script a worker uses (tracking.TASK_MARK), only for the
 jobs the removal took (a job a worker took meanwhile is its worker's to mark). A dead job that
