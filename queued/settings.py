@@ -49,6 +49,9 @@ class Config:
                                  f"(else $APP_ENV, $RAILS_ENV, $RACK_ENV, else {DEFAULT_SECTION}).",
                                  flags=("-e", "--environment"),
                                  not_in_file="use -e or APP_ENV/RAILS_ENV/RACK_ENV")
+    config_source: str | None = _s(None, text, "Where the settings were read when not from a "
+                                   "file: Django's settings.QUEUED (queued.django).",
+                                   not_in_file="queued records it")
     section: str | None = _s(None, word, "The environment section of the file in effect: the "
                              f"one -e (else $APP_ENV..., else '{DEFAULT_SECTION}') names, if the "
                              "file has it.", not_in_file="it follows from -e and the file")
@@ -134,7 +137,8 @@ class Config:
                                         "scheduler.schedule (sidekiq-scheduler 2-4); not both.")
     metrics: tuple[str, int] | None = _s(None, host_port, "HOST:PORT where the master serves "
                                          "Prometheus metrics at /metrics (needs the metrics "
-                                         "extra: pip install 'queued[metrics]'); off if unset.")
+                                         "extra: pip install 'queued-jobs[metrics]'); off if "
+                                         "unset.")
     record_metrics: bool = _s(True, boolean, "Count each job class's runs, failures and run "
                               "times (shared memory), written to Redis on each heartbeat in "
                               "Sidekiq's metrics layouts and served at metrics:.")

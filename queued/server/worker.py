@@ -24,7 +24,7 @@ import traceback
 import redis
 
 from . import log as logsetup
-from .. import client
+from .. import client, events
 from . import titles
 from .fetch import Fetcher, Reservation
 from .recycle import Recycler
@@ -127,6 +127,10 @@ class Worker:
         why = self.recycler and self.recycler.check_start()
         if why and self.notes.due("rss at start", LOG_INTERVAL):
             log.error("worker %d: %s", self.slot, why)
+        # The application re-makes what must not cross a fork (events.py), before the first
+        # job; this process runs its jobs in its one thread, so that thread starts here too.
+        events.fire("worker_start")
+        events.fire("thread_start")
         self._announce_idle()  # wakes the master: this worker is up (systemd's READY waits)
 
     def _die_with_master(self) -> None:
