@@ -168,28 +168,14 @@ class Periodic:
             self.sync(now)
         for s in self.schedules:
             if now >= self.next_at[s.name]:
-                for tick in self._due(s, now):
-                    try:
-                        if not self._fire(s, now, tick):
-                            return  # (planned again from Redis's clock: looked at next turn)
-                    except (redis.RedisError, OSError):
-                        raise
-                    except Exception:  # noqa: BLE001 - one broken schedule must not stop us
-                        log.exception("schedule %s: its tick could not be pushed", s.name)
+                try:
+                    if not self._fire(s, now):
+                        return  # (planned again from Redis's clock: looked at on the next turn)
+                except (redis.RedisError, OSError):
+                    raise
+                except Exception:  # noqa: BLE001 - one broken schedule must not stop the master
+                    log.exception("schedule %s: its tick could not be pushed", s.name)
                 self.next_at[s.name] = s.timing.next_after(now)
-
-    def _due(self, s: Schedule, now: float) -> list[float]:
-        """The ticks to offer now, oldest first: each one since the last look that is at most
-        LATE_LIMIT old, so a master that was stalled across several ticks (a loaded host, a
-        SIGSTOP) pushes every one of them late, as the docs say; only the latest went out
-        before, and an every-second schedule lost a tick whenever every master was a second
-        late at once. With none that recent, the latest (_fire: missed, or catch_up)."""
-        ticks = []
-        tick = max(self.next_at[s.name], s.timing.next_after(now - LATE_LIMIT))
-        while tick <= now:
-            ticks.append(tick)
-            tick = s.timing.next_after(tick)
-        return ticks or [s.timing.latest(now)]
 
     def sync(self, now: float) -> None:
         """Write every definition (cron_sync.lua) and plan each schedule's first look: its
@@ -221,9 +207,10 @@ class Periodic:
                   "queued_where": s.where}
         return [x for pair in fields.items() for x in pair]
 
-    def _fire(self, s: Schedule, now: float, tick: float) -> bool:
-        """Offer one of the schedule's ticks (_due); False if it was ahead of Redis's clock
-        (the plan is made again from Redis's)."""
+    def _fire(self, s: Schedule, now: float) -> bool:
+        """Offer the schedule's latest tick; False if it was ahead of Redis's clock (the
+        plan is made again from Redis's)."""
+        tick = s.timing.latest(now)
         late = now - tick
         if late > LATE_LIMIT and not s.catch_up:
             log.debug("schedule %s: tick %s is %.0fs old; not pushed (catch_up is off)",
