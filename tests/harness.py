@@ -203,12 +203,33 @@ class Daemon:
             self.wait_up()
         return self
 
-    def wait_up(self, timeout=20.0) -> list[int]:
+    def wait_up(self, timeout=60.0) -> list[int]:
         """Wait until the master is registered (its process hash) and every one of its
         ``concurrency`` workers has started; the workers' pids. Waiting for one worker let
         tests begin while the others were still forking: a push raced a worker that had not
-        blocked yet, a forked worker still held the master's listening socket."""
-        return wait_for(self._all_up, timeout, what="the daemon and all its workers up")
+        blocked yet, a forked worker still held the master's listening socket. (60 s bounds
+        only a failure: a loaded 2-core box once took more than 20 s.)"""
+        try:
+            return wait_for(self._all_up, timeout, what="the daemon and all its workers up")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {self.describe()}") from None
+
+    def describe(self) -> str:
+        """What the daemon looks like now (for a failed wait): its identity, its children and
+        their titles, the end of its log."""
+        try:
+            children = psutil.Process(self.pid).children()
+        except psutil.NoSuchProcess:
+            children = []
+        kids = []
+        for c in children:
+            try:
+                kids.append((c.pid, c.status(), title(c.pid)))
+            except psutil.Error:
+                pass
+        return (f"master {self.pid} ({'running' if self.proc.poll() is None else 'exited'}, "
+                f"title {self.title()!r}), identity {self.identity()!r}, children {kids}; "
+                f"log ends:\n{self.output()[-3000:]}")
 
     def _all_up(self) -> list[int] | None:
         want = self.concurrency()
@@ -253,7 +274,7 @@ class Daemon:
         return [pid for pid in self.workers_up()
                 if any(f"{ip}:{port}" in blocked for ip, port in local_addresses(pid))]
 
-    def wait_idle(self, timeout=20.0) -> list[int]:
+    def wait_idle(self, timeout=60.0) -> list[int]:
         """Wait until every worker is up and waiting for work, and no other worker is left:
         nothing changes now until a job arrives or the master wakes one. A worker that is
         leaving (recycled, replaced) never blocks again, so it is gone by then."""
@@ -262,7 +283,10 @@ class Daemon:
             want = self.concurrency()
             return (want is not None and len(up) == want and sorted(blocked) == sorted(up)
                     and (up or want == 0))
-        return wait_for(idle, timeout, what="every worker up and waiting for work")
+        try:
+            return wait_for(idle, timeout, what="every worker up and waiting for work")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {self.describe()}") from None
 
     def worker_pids(self) -> list[int]:
         try:
