@@ -44,10 +44,11 @@ HELP_EPILOG = (
     "and stack, USR2 reopen the logfile (docs/operating.md).")
 
 #: Settings the command line can give, in the order of --help.
-_CLI_SETTINGS = ("config_file", "concurrency", "queues", "require", "shutdown_timeout",
-                 "environment", "tag", "verbose", "redis_url", "serve_no_jobs")
+_CLI_SETTINGS = ("config_file", "concurrency", "threads", "queues", "require",
+                 "shutdown_timeout", "environment", "tag", "verbose", "redis_url", "serve_no_jobs")
 _CLI_KINDS: dict[str, dict[str, Any]] = {
     "config_file": {"metavar": "FILE"}, "concurrency": {"type": int, "metavar": "N"},
+    "threads": {"type": int, "metavar": "N"},
     "queues": {"action": "append", "metavar": "QUEUE[,WEIGHT]"},
     "require": {"action": "append", "metavar": "MODULE_OR_FILE"},
     "shutdown_timeout": {"type": float, "metavar": "SECONDS"},

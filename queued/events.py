@@ -15,7 +15,8 @@ from typing import Callable
 
 log = logging.getLogger("queued.events")
 
-EVENTS = ("startup", "quiet", "shutdown", "heartbeat")
+EVENTS = ("startup", "quiet", "shutdown", "heartbeat", "before_fork", "worker_start",
+          "thread_start")
 _handlers: dict[str, list[Callable[[], None]]] = {name: [] for name in EVENTS}
 
 

@@ -54,6 +54,10 @@ class Config:
                              "file has it.", not_in_file="it follows from -e and the file")
     concurrency: int = _s(os.cpu_count() or 2, integer(1), "Number of worker processes.",
                           flags=("-c", "--concurrency"))
+    threads: int = _s(1, integer(1), "Jobs each worker process runs at once: sync jobs on its "
+                      "threads, async ones on its event loop (jobs at once = concurrency x "
+                      "threads). 1: one job at a time, its time limit by SIGALRM.",
+                      flags=("--threads",))
     queues: tuple[tuple[str, int], ...] = _s(
         (("default", 1),), queues, "Queues to fetch from, as names (strict order) or "
         "[name, weight] (weighted random).", flags=("-q", "--queue"))
@@ -142,6 +146,11 @@ class Config:
     @property
     def queue_names(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(name for name, _ in self.queues))
+
+    @property
+    def jobs_at_once(self) -> int:
+        """Jobs the daemon runs at once: its worker processes times their threads."""
+        return self.concurrency * self.threads
 
     @property
     def weighted_queues(self) -> tuple[str, ...]:

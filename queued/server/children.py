@@ -60,15 +60,16 @@ class WorkerRecord:
         self.stop_by: float | None = None     # asked to stop (TERM); killed if still here then
         self.kill_reason: str | None = None   # "timeout", "shutdown", "silent", "replaced"
         self.kill_at: float | None = None     # when the SIGKILL goes (after its stack dump)
-        self.timeout_info: tuple[float, str] | None = None
+        #: jid -> time limit of each job whose timeout made the master kill it
+        self.culprits: dict[str, float] | None = None
 
 
 class Exit(NamedTuple):
     slot: int
-    code: int        # os.waitstatus_to_exitcode
-    reason: str      # "exit", "crash", or the master's kill reason
-    running: str     # jid of the job it ran ("" between jobs), as the slot table stores it
-    seconds: float   # the job's timeout, for a timeout kill
+    code: int            # os.waitstatus_to_exitcode
+    reason: str          # "exit", "crash", or the master's kill reason
+    running: tuple       # jids of the jobs it ran (none between jobs), as the table stores them
+    culprits: dict       # for a timeout kill: jid -> time limit of the jobs past it
 
     def describe(self) -> str:
         return KILLED_BY_MASTER.get(self.reason) or recovery.describe_status(self.code)
@@ -119,7 +120,7 @@ class Children:
         # here after fork() overwrote the record of a child that had already begun a job,
         # hiding it from the timeout kill, the heartbeat and the crash count.
         self.table.reset(slot)
-        processed = self.table.read(slot, writer_alive=False).processed
+        processed = self.table.processed(slot)
         self.watch.clear(slot)  # its previous worker may have died while blocked
         old = signal.pthread_sigmask(signal.SIG_BLOCK, self.block_signals)
         try:
@@ -171,8 +172,9 @@ class Children:
         # A worker that died in a job (busy, or after finishing some) did boot: its crash is
         # the job's (counted and bounded by max_crashes), not a reason to back off. Backing
         # off here let a few poison pills stall a slot for up to SPAWN_BACKOFF_MAX.
-        v = self.table.read(rec.slot, writer_alive=False)
-        ran_jobs = v.busy or v.processed > rec.processed_at_spawn
+        views = self.table.slot_views(rec.slot, writer_alive=False)
+        busy = tuple(v.jid for v in views if v.busy)
+        ran_jobs = bool(busy) or sum(v.processed for v in views) > rec.processed_at_spawn
         if code == WORKER_BOOT_ERROR or (code != 0 and lived < BOOT_GRACE and not rec.kill_reason
                                          and not ran_jobs):
             self._back_off(rec, lived, code)
@@ -182,12 +184,11 @@ class Children:
         # while its slot says busy left in the middle of a job (os._exit(0) in job code, a
         # SystemExit escaping): a crash, whatever the status, so it counts toward the poison
         # pill limit (an exit 0 used to requeue the job for ever: 465 runs in 4 s).
-        reason = rec.kill_reason or ("crash" if code != 0 or v.busy else "exit")
-        # The job it ran is the one the slot table names (or the one the master killed for
-        # its timeout), not simply the earliest reservation: a batch's finished jobs stay
-        # reserved until their ack goes out. A worker that died between jobs ran none.
-        seconds, running = rec.timeout_info or (0.0, v.jid if v.busy else "")
-        return Exit(rec.slot, code, reason, running, seconds)
+        reason = rec.kill_reason or ("crash" if code != 0 or busy else "exit")
+        # The jobs it ran are the ones the slot table names (and those the master killed it
+        # for, past their timeout), not simply the earliest reservations: a batch's finished
+        # jobs stay reserved until their ack goes out. A worker between jobs ran none.
+        return Exit(rec.slot, code, reason, busy, rec.culprits or {})
 
     def _back_off(self, rec: WorkerRecord, lived: float, code: int) -> None:
         self.boot_failures[rec.slot] += 1
@@ -221,11 +222,14 @@ class Children:
                 continue
             if rec.kill_reason:
                 continue
-            v = self.table.read(rec.slot)
+            views = self.table.slot_views(rec.slot)
+            v = views[0]
+            late = [j for j in views if j.busy and j.timeout
+                    and now - j.started > j.timeout + self.config.timeout_grace]
             if hard_stop:
                 rec.kill_reason = "shutdown"
-            elif v.busy and v.timeout and now - v.started > v.timeout + self.config.timeout_grace:
-                self._past_timeout(rec, v, now)
+            elif late:
+                self._past_timeout(rec, late, views, now)
                 continue
             elif not v.busy and now - v.tick > self.silent_limit and \
                     now - rec.spawned > self.silent_limit:
@@ -234,20 +238,36 @@ class Children:
                           now - v.tick)
             elif rec.stop_by is not None and now >= rec.stop_by:
                 rec.kill_reason = "replaced"
-                log.warning("worker %d pid=%d is still running %s jid=%s %gs after the rolling "
-                            "restart asked it to stop; killing it (the job goes back to its "
-                            "queue)", rec.slot, rec.pid, v.job_class or "nothing", v.jid or "-",
+                running = [j for j in views if j.busy]
+                log.warning("worker %d pid=%d is still running %s %gs after the rolling "
+                            "restart asked it to stop; killing it (its jobs go back to their "
+                            "queues)", rec.slot, rec.pid, _named(running) or "nothing",
                             self.config.shutdown_timeout)
             else:
                 continue
             self.kill(rec.pid, signal.SIGKILL)
 
-    def _past_timeout(self, rec: WorkerRecord, v, now: float) -> None:
-        rec.kill_reason, rec.timeout_info = "timeout", (v.timeout, v.jid)
+    def _past_timeout(self, rec: WorkerRecord, late: list, views: list, now: float) -> None:
+        """Jobs ran past their timeout + grace: kill their process. Each of them is charged
+        with its timeout (recovery.settle); if the process's event loop is stuck in one job
+        (its record names it: watchdog.py), the async jobs past their limit waited on that
+        one, and it alone is charged. The others running are bystanders: they go back."""
+        blocker = views[0].jid if views[0].record == 0 and not views[0].busy else ""
+        if blocker and any(j.jid == blocker for j in late):
+            late = [j for j in late if j.jid == blocker]
+        rec.kill_reason = "timeout"
+        rec.culprits = {j.jid: j.timeout for j in late}
         rec.kill_at = now + STACK_WAIT
-        log.error("worker %d pid=%d: %s jid=%s ran %.1fs, past its %gs timeout + %gs grace; "
-                  "asking it for its stack, then killing it", rec.slot, rec.pid, v.job_class,
-                  v.jid, now - v.started, v.timeout, self.config.timeout_grace)
+        others = [j for j in views if j.busy and j.jid not in rec.culprits]
+        for j in late:
+            log.error("worker %d pid=%d: %s jid=%s ran %.1fs, past its %gs timeout + %gs "
+                      "grace; asking it for its stack, then killing it", rec.slot, rec.pid,
+                      j.job_class, j.jid, now - j.started, j.timeout,
+                      self.config.timeout_grace)
+        if others:
+            log.warning("worker %d pid=%d: its %d other running job(s) go back to their "
+                        "queues, no retry spent: %s", rec.slot, rec.pid, len(others),
+                        _named(others))
         self.kill(rec.pid, signal.SIGTTIN)
 
     def next_kill_in(self, now: float) -> float | None:
@@ -257,3 +277,7 @@ class Children:
                  for rec in self.workers.values() if rec.kill_at is not None
                  or (rec.stop_by is not None and not rec.kill_reason)]
         return max(0.0, min(times) - now) if times else None
+
+
+def _named(views: list) -> str:
+    return ", ".join(f"{v.job_class} jid={v.jid}" for v in views)

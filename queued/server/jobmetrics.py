@@ -33,9 +33,9 @@ class JobMetrics:
         if self.exporter is not None:
             self.exporter.start()
 
-    def recorder(self, slot: int) -> Recorder | None:
+    def recorder(self, slot: int, locked: bool = False) -> Recorder | None:
         """A worker's handle on its slot's region; call it in the worker, after fork."""
-        return self.table.recorder(slot) if self.table is not None else None
+        return self.table.recorder(slot, locked) if self.table is not None else None
 
     def in_child(self) -> None:
         if self.exporter is not None:

@@ -38,7 +38,7 @@ from .waker import Waker
 from .children import Children
 from .exits import Exits
 from .rolling import Rollout
-from .worker import Worker, note_labels
+from .worker import Worker, note_labels, shape_lines
 
 log = logging.getLogger("queued.master")
 
@@ -70,7 +70,7 @@ class Master:
         self.identity = new_identity()
         self.started_at = time.time()
         self.slots = slot_count(config.concurrency)  # a spare for rolling restarts
-        self.table = SlotTable(self.slots)
+        self.table = SlotTable(self.slots, config.threads)
         # so workers log a broken queue once; the master's own persistent conditions too
         self.notes = Notes([*note_labels(config), "held",
                             *(("stuck", slot) for slot in range(self.slots))])
@@ -106,6 +106,8 @@ class Master:
         log.info("queued %s starting: identity=%s concurrency=%d queues=%s%s", titles.__version__,
                  self.identity, self.config.concurrency, ",".join(self.config.queue_names),
                  "" if self.config.strict else " (weighted)")
+        for line in shape_lines(self.config):
+            log.info("%s", line)
         self.jobmetrics.start()  # /metrics answers even while Redis is away
         if not self._connect():
             self.jobmetrics.stop()
@@ -215,7 +217,7 @@ class Master:
                 log.warning("could not clear this process's record at exit: %s", e)
         self.waker.close()
         self.jobmetrics.stop()
-        titles.set_title(titles.master_title(self.config.tag, 0, self.config.concurrency,
+        titles.set_title(titles.master_title(self.config.tag, 0, self.config.jobs_at_once,
                                              "stopped"))
 
     # --- signals ---------------------------------------------------------------------------------
@@ -336,11 +338,12 @@ class Master:
             for t in threading.enumerate() if t.ident in sys._current_frames())
         log.info("TTIN master pid=%d (%s); stack:\n%s", os.getpid(), why, stacks)
         for rec in sorted(self.workers.values(), key=lambda w: w.slot):
-            v = self.table.read(rec.slot)
-            if v.busy:
-                log.info("TTIN worker %d pid=%d running %s jid=%s queue=%s for %.1fs", rec.slot,
-                         rec.pid, v.job_class, v.jid, v.queue, time.monotonic() - v.started)
-            else:
+            busy = [v for v in self.table.slot_views(rec.slot) if v.busy]
+            for v in busy:
+                log.info("TTIN worker %d%s pid=%d running %s jid=%s queue=%s for %.1fs",
+                         rec.slot, f" lane {v.record}" if v.record else "", rec.pid,
+                         v.job_class, v.jid, v.queue, time.monotonic() - v.started)
+            if not busy:
                 log.info("TTIN worker %d pid=%d idle", rec.slot, rec.pid)
             if rec.pid not in self.dumps:
                 self.dumps.append(rec.pid)
@@ -428,7 +431,7 @@ class Master:
         busy = sum(1 for v in self.table.views() if v.busy)
         if state is None:
             state = self._state_text()
-        text = titles.master_title(self.config.tag, busy, self.config.concurrency, state)
+        text = titles.master_title(self.config.tag, busy, self.config.jobs_at_once, state)
         if text != self.shown_title:
             self.shown_title = text
             titles.set_title(text)
@@ -439,7 +442,7 @@ class Master:
             busy = sum(1 for v in self.table.views() if v.busy)
         if state is None:
             state = self._state_text()
-        return titles.master_status(busy, self.config.concurrency, state)
+        return titles.master_status(busy, self.config.jobs_at_once, state)
 
     def _state_text(self) -> str:
         if self.state == RUNNING:
@@ -467,7 +470,7 @@ class Master:
             self._redis_error("heartbeat", e)
             return
         log.debug("heartbeat: %d of %d busy; lease renewed for %gs%s",
-                  sum(1 for v in views if v.busy), self.config.concurrency,
+                  sum(1 for v in views if v.busy), self.config.jobs_at_once,
                   self.config.lease_timeout, "; scheduler leader" if self.scheduler.leader else "")
         if self.redis_down_since is not None:
             log.info("Redis is back after %.1fs", time.monotonic() - self.redis_down_since)

@@ -1,10 +1,13 @@
 """A worker process: reserve jobs, run each (runner.py), block in Redis while idle.
 
-One job at a time (SIGALRM only works in a process's main thread). The worker tells its master
-what it is doing through the shared slot table, never through Redis. It owns no signal except
-its own: TERM means "finish the job in hand, then exit 0"; TTIN writes its Python stack to the
-log (the master's TTIN asks each worker in turn); USR2 reopens the log file (logrotate). INT,
-TSTP and USR1 belong to the master (a Ctrl-C or Ctrl-Z in the terminal reaches the whole
+With ``threads: 1`` (the default) one job at a time, in the main thread, under SIGALRM, as
+below. With ``threads`` > 1 the main thread is a dispatcher (dispatch.py) handing jobs to the
+process's job threads and event loop (pool.py); this module keeps the process's setup and its
+signals for both. The worker tells its master what it is doing through the shared slot table,
+never through Redis. It owns no signal except its own: TERM means "finish the jobs in hand,
+then exit 0"; TTIN writes its Python stacks (every thread's, and the event loop's tasks) to
+the log (the master's TTIN asks each worker in turn); USR2 reopens the log file (logrotate).
+INT, TSTP and USR1 belong to the master (a Ctrl-C or Ctrl-Z in the terminal reaches the whole
 process group).
 
 Whatever the worker holds when it exits, for any reason, is put back by the master.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import queue
 import random
 import signal
 import sys
@@ -28,7 +32,7 @@ from .. import client
 from . import titles
 from .fetch import Fetcher, Reservation
 from .recycle import Recycler
-from .runner import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL, Runner
+from .runner import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL, Runner, single_lane
 from .slots import Notes, SlotWriter, Watch
 
 log = logging.getLogger("queued.worker")
@@ -73,6 +77,13 @@ class Worker:
         self.reopen_logs = False
         self.batch = 1
         self.metrics = metrics  # the per-class metrics table (metrics.py), or None
+        self.threads = config.threads
+        self.queues = config.queue_names
+        self.weighted = config.weighted_queues
+        self.strict = config.strict
+        #: The dispatcher's (threads > 1): what job threads, signals and the blocker tell it
+        self.inbox: queue.SimpleQueue | None = None
+        self.dispatcher = None
 
     # --- process setup -----------------------------------------------------------------------
     def run(self) -> None:
@@ -81,7 +92,10 @@ class Worker:
         code = 0
         try:
             self._init_process()
-            self._loop()
+            if self.dispatcher is not None:
+                self.dispatcher.run()
+            else:
+                self._loop()
         except BaseException:  # noqa: BLE001 - last resort, the master requeues our jobs
             log.exception("worker %d crashed", self.slot)
             code = 1
@@ -108,22 +122,30 @@ class Worker:
         self._die_with_master()
         random.seed()
         logsetup.retag(f"w{self.slot}")
-        self.joblog = logsetup.JobLog(log.name)
+        threaded = self.threads > 1
+        self.joblog = logsetup.JobLog(log.name, locked=threaded)
         self.joblog.bind()
         self.writer = SlotWriter(self.table, self.slot, os.getpid())
         self.writer.tick()  # the record names this pid from now on (the master never writes it)
-        client.dedicate_job_connection()
+        if not threaded:  # (many jobs at once share get_redis()'s pool: client.py)
+            client.dedicate_job_connection()
         cfg = self.config
         self.fetcher = Fetcher(
-            cfg.redis_url, self.keys, self.identity, self.slot, cfg.queue_names,
-            cfg.weighted_queues, cfg.strict, cfg.fetch_timeout,
-            cfg.dead_timeout_in_seconds, cfg.dead_max_jobs)
+            cfg.redis_url, self.keys, self.identity, self.slot, self.queues, self.weighted,
+            self.strict, cfg.fetch_timeout, cfg.dead_timeout_in_seconds, cfg.dead_max_jobs)
         self.title = titles.WorkerTitle(cfg.tag, self.slot)
-        self.title.idle()
-        self.runner = Runner(cfg, self.keys, self.slot, self.fetcher, self.writer, self.title,
-                             self.notes, self.joblog, self._outage, lambda: self.stopping,
-                             self.metrics.recorder(self.slot) if self.metrics else None)
         self.recycler = Recycler.of(cfg)
+        recorder = self.metrics.recorder(self.slot, threaded) if self.metrics else None
+        if threaded:
+            from .dispatch import Dispatcher  # (its threads, loop and watchdog: only here)
+            self.inbox = queue.SimpleQueue()
+            self.dispatcher = Dispatcher(self, self.fetcher, recorder)
+            self.title.count(0, self.threads)
+        else:
+            self.title.idle()
+            self.runner = Runner(cfg, self.keys, self.identity, self.slot, self.fetcher,
+                                 single_lane(self.writer, self.title), self.notes, self.joblog,
+                                 self._outage, lambda: self.stopping, recorder)
         why = self.recycler and self.recycler.check_start()
         if why and self.notes.due("rss at start", LOG_INTERVAL):
             log.error("worker %d: %s", self.slot, why)
@@ -150,6 +172,8 @@ class Worker:
         self._wake()
 
     def _wake(self) -> None:
+        if self.inbox is not None:  # the dispatcher waits there (SimpleQueue.put: reentrant)
+            self.inbox.put(("wake",))
         if self.blocking:
             self.blocking = False
             raise _Wake()
@@ -158,17 +182,23 @@ class Worker:
         """TTIN (the master asks each worker in turn): this process's Python stacks, every
         thread's, as one record in the log, labelled. Written in one write, without logging's
         lock, which the interrupted main thread may hold."""
-        v = self.table.read(self.slot)
-        doing = (f"running {v.job_class} jid={v.jid} queue={v.queue} for "
-                 f"{time.monotonic() - v.started:.1f}s" if v.busy else "idle")
-        names = {t.ident: t.name for t in threading.enumerate()}
-        stacks = []
-        for ident, top in sys._current_frames().items():
-            here = frame if ident == threading.main_thread().ident else top
-            stacks.append(f"Thread {names.get(ident, ident)}:\n"
-                          + "".join(traceback.format_stack(here)).rstrip())
+        now = time.monotonic()
+        doing = [f"{'' if v.record == 0 else f'lane {v.record} '}running {v.job_class} "
+                 f"jid={v.jid} queue={v.queue} for {now - v.started:.1f}s"
+                 for v in self.table.slot_views(self.slot) if v.busy]
+        if self.dispatcher is not None:
+            stacks = [f"Thread {threading.main_thread().name} (dispatcher):\n"
+                      + "".join(traceback.format_stack(frame)).rstrip(),
+                      self.dispatcher.pool.describe()]
+        else:
+            names = {t.ident: t.name for t in threading.enumerate()}
+            stacks = []
+            for ident, top in sys._current_frames().items():
+                here = frame if ident == threading.main_thread().ident else top
+                stacks.append(f"Thread {names.get(ident, ident)}:\n"
+                              + "".join(traceback.format_stack(here)).rstrip())
         logsetup.write_record("INFO", log.name, f"TTIN worker {self.slot} pid={os.getpid()} "
-                              f"{doing}; stack:\n" + "\n".join(stacks))
+                              f"{'; '.join(doing) or 'idle'}; stack:\n" + "\n".join(stacks))
 
     # --- the loop ----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -188,14 +218,18 @@ class Worker:
                 backoff = min(backoff * 2, BACKOFF_MAX)
             except _Wake:
                 self.fetcher.reset_connection()
-            if self.reopen_logs:
-                self.reopen_logs = False
-                self.joblog.flush()
-                logsetup.reopen()
-                self.joblog.bind()
-                log.info("log file reopened")
-            if os.getppid() != self.master_pid:
-                self.stopping = True
+            self.housekeeping()
+
+    def housekeeping(self) -> None:
+        """Between two turns of the loop: reopen the log file if asked, stop if orphaned."""
+        if self.reopen_logs:
+            self.reopen_logs = False
+            self.joblog.flush()
+            logsetup.reopen()
+            self.joblog.bind()
+            log.info("log file reopened")
+        if os.getppid() != self.master_pid:
+            self.stopping = True
 
     def _outage(self, err: Exception, backoff: float, what: str = "Redis unreachable") -> None:
         if backoff == BACKOFF_START:
@@ -283,7 +317,7 @@ class Worker:
                 self.watch.set(self.slot, Watch.NO_QUEUE)
                 self.fetcher.wait(after_send=self._announce_idle)
                 return None
-            self.watch.set(self.slot, self.fetcher.queues.index(queue))
+            self.watch.set(self.slot, self.queue_index(queue))
             return self.fetcher.block(queue, after_send=self._announce_idle)
         except redis.ResponseError as e:
             # The queue this worker blocks on has a key of the wrong type: BLMOVE fails at
@@ -312,6 +346,10 @@ class Worker:
         self.batch = 1
         self.writer.tick()
         time.sleep(UNREGISTERED_NAP)
+
+    def queue_index(self, name: str) -> int:
+        """A queue's index as the master's Watch and waker know it (slots.Watch)."""
+        return self.fetcher.queues.index(name)
 
     def _announce_idle(self) -> None:
         """Tell the master this worker now blocks, or is up (one byte; a full pipe means the
@@ -345,6 +383,21 @@ class Worker:
             self.batch = min(self.batch * 2, self.config.prefetch)
         else:
             self.batch = 1
+
+
+def shape_lines(config) -> list[str]:
+    """What the master says at start about its shape: processes x threads, and a hint when
+    many processes would serve better as threads (the memory of a process per job)."""
+    c, t = config.concurrency, config.threads
+    lines = [f"{c} process{'es' if c != 1 else ''} x {t} thread{'s' if t != 1 else ''} = "
+             f"{c * t} job{'s' if c * t != 1 else ''} at once"]
+    cores = os.cpu_count() or 1
+    if t == 1 and c > 2 * cores:
+        lines.append(f"concurrency {c} is far above this host's {cores} cores: each job at once "
+                     f"costs a whole process here; for jobs that wait (HTTP, databases, mail) "
+                     f"try concurrency {cores} with threads {max(2, -(-c // cores))} "
+                     f"(docs/migrating.md)")
+    return lines
 
 
 def _idle_preference(config) -> list[int]:
