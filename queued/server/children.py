@@ -70,6 +70,7 @@ class Exit(NamedTuple):
     reason: str          # "exit", "crash", or the master's kill reason
     running: tuple       # jids of the jobs it ran (none between jobs), as the table stores them
     culprits: dict       # for a timeout kill: jid -> time limit of the jobs past it
+    lanes: bool = False  # a worker of many jobs at once (its culprits ignored a JobTimeout)
 
     def describe(self) -> str:
         return KILLED_BY_MASTER.get(self.reason) or recovery.describe_status(self.code)
@@ -188,7 +189,7 @@ class Children:
         # The jobs it ran are the ones the slot table names (and those the master killed it
         # for, past their timeout), not simply the earliest reservations: a batch's finished
         # jobs stay reserved until their ack goes out. A worker between jobs ran none.
-        return Exit(rec.slot, code, reason, busy, rec.culprits or {})
+        return Exit(rec.slot, code, reason, busy, rec.culprits or {}, len(views) > 1)
 
     def _back_off(self, rec: WorkerRecord, lived: float, code: int) -> None:
         self.boot_failures[rec.slot] += 1

@@ -112,6 +112,10 @@ class Dispatcher:
             self._wait(TICK)
             return
         if self.solos:
+            # (the acks of the jobs before go out first, and are applied: a suspect may well
+            # kill this process, and they must not run again for it)
+            self.fetcher.ack_members(self.ends.take_acks())
+            self.fetcher.flush()
             self._run_solo(*self.solos.pop(0))
             return
         self._start(self.extra)

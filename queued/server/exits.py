@@ -55,7 +55,8 @@ class Exits:
         try:
             moved, failed, held = recovery.settle(
                 self.r, self.keys, self.identity, self.config, slot, code=ended.code,
-                reason=ended.reason, running=ended.running, culprits=ended.culprits)
+                reason=ended.reason, running=ended.running, culprits=ended.culprits,
+                ignored="its JobTimeout" if ended.lanes else "SIGALRM")
         except recovery.Stuck as e:
             if self.notes.due(("stuck", slot), KEY_LOG_INTERVAL):
                 log.error("%s", e)

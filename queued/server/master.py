@@ -37,6 +37,7 @@ from .slots import Notes, SlotTable, Watch, slot_count
 from .waker import Waker
 from .children import Children
 from .exits import Exits
+from .giveback import GiveBack
 from .rolling import Rollout
 from .worker import Worker, note_labels, shape_lines
 
@@ -75,6 +76,7 @@ class Master:
         self.notes = Notes([*note_labels(config), "held",
                             *(("stuck", slot) for slot in range(self.slots))])
         self.watch = Watch(self.slots)  # which queue each idle worker waits on
+        self.giveback = GiveBack(self.slots)  # jobs held behind a slow one (giveback.py)
         self.state = RUNNING
         self.deadline = None
         self.next_beat = 0.0
@@ -122,6 +124,7 @@ class Master:
                 self._mind_embedded()
                 self.exits.retry()
                 self._murder()
+                self._give_back()
                 self._timers()
                 self._roll()
                 self._spawn()
@@ -246,7 +249,7 @@ class Master:
             if self.dumps:
                 timeout = min(timeout, max(0.0, self.next_dump - now))
             for due in (self.waker.due_in(now), self.children.next_kill_in(now),
-                        self.notify.due_in(now)):
+                        self.notify.due_in(now), self.giveback.due_in(now)):
                 if due is not None:
                     timeout = min(timeout, due)
         try:
@@ -363,8 +366,10 @@ class Master:
         self.children.signal_all(sig)
 
     def _make_worker(self, slot: int) -> Worker:
+        self.giveback.clear(slot)
         return Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid(),
-                      self.notes, self.watch, self.waker.idle_w, metrics=self.jobmetrics.table)
+                      self.notes, self.watch, self.waker.idle_w, metrics=self.jobmetrics.table,
+                      giveback=self.giveback)
 
     def _in_child(self) -> None:
         """In a freshly forked worker: forget the master's plumbing."""
@@ -389,6 +394,16 @@ class Master:
 
     def _murder(self) -> None:
         self.children.murder(self.deadline is not None and time.monotonic() >= self.deadline)
+
+    def _give_back(self) -> None:
+        """Jobs a worker holds behind one that runs long go back to their queue (giveback.py)."""
+        pids = {rec.slot: rec.pid for rec in self.workers.values()}
+        try:
+            self.giveback.step(self.r, self.keys, self.identity, self.config, self.table, pids)
+        except recovery.Stuck as e:
+            log.error("%s", e)
+        except (redis.RedisError, OSError) as e:
+            self._redis_error("give back held jobs", e)
 
     def _other_exited(self, pid: int, status: int) -> None:
         """A child that is not a worker: the embedded redis-server, or one the job code

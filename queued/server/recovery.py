@@ -209,7 +209,8 @@ def reap_expired(r: redis.Redis, keys: Keys) -> list[tuple[str, int]]:
 
 def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code: int,
            reason: str, running_jid: str = "", timeout: float = 0.0,
-           running: Sequence[str] = (), culprits: dict[str, float] | None = None) -> Settled:
+           running: Sequence[str] = (), culprits: dict[str, float] | None = None,
+           ignored: str = "SIGALRM") -> Settled:
     """After a worker exited: everything its slot holds goes back to the head of its queue,
     except what the jobs it was running (``running``, or the one ``running_jid``) earned:
 
@@ -238,7 +239,7 @@ def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code
             if current is None:
                 continue
             hit, stuck, again = _settle_running(r, keys, identity, config, slot, current,
-                                                code, reason, culprits.get(jid, 0.0))
+                                                code, reason, culprits.get(jid, 0.0), ignored)
             failed += hit
             if stuck is not None:
                 held.append(stuck)
@@ -271,7 +272,7 @@ def _suspects(r, keys, identity, config, slot, running: Sequence[str],
 
 
 def _settle_running(r, keys, identity, config, slot, current: Reservation, code: int,
-                    reason: str, timeout: float):
+                    reason: str, timeout: float, ignored: str = "SIGALRM"):
     """(1 if it failed else 0, held or None, payload to requeue it with or None)."""
     try:
         msg = codec.loads(current.payload)
@@ -280,7 +281,7 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
         return 0, None, None  # requeued with the rest; the next worker rejects it to dead
     if reason == "timeout":
         exc: BaseException = JobTimeout(
-            f"{msg['class']} ran past its {timeout:g}s timeout and ignored SIGALRM; its "
+            f"{msg['class']} ran past its {timeout:g}s timeout and ignored {ignored}; its "
             f"worker was killed after {config.timeout_grace:g}s more")
     else:
         crashes = codec.crash_count(msg) + 1

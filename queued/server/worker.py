@@ -61,7 +61,7 @@ class Worker:
 
     def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int,
                  notes: Notes | None = None, watch: Watch | None = None,
-                 idle_fd: int | None = None, metrics=None):
+                 idle_fd: int | None = None, metrics=None, giveback=None):
         self.config = config
         self.notes = notes if notes is not None else Notes(note_labels(config))
         self.watch = watch if watch is not None else Watch(config.concurrency)
@@ -77,6 +77,7 @@ class Worker:
         self.reopen_logs = False
         self.batch = 1
         self.metrics = metrics  # the per-class metrics table (metrics.py), or None
+        self.giveback = giveback  # the master's take-back of a batch held too long, or None
         self.threads = config.threads
         self.queues = config.queue_names
         self.weighted = config.weighted_queues
@@ -268,19 +269,25 @@ class Worker:
         for res in jobs:
             if self.stopping:
                 break  # told to stop: start nothing new; the master puts the rest back at the head
+            if done and self.giveback is not None and self.giveback.revoked(self.slot):
+                # the job before ran long: the master gave the rest of the batch to idle
+                # workers (giveback.py); none of it is ours to run now
+                log.debug("the rest of the batch (%d) went back to the queue", len(jobs) - done)
+                break
+            held = len(jobs) - done - 1
             if self.recycler is None:
-                self.runner.process(res)
+                self.runner.process(res, held=held)
             else:
-                self._process_and_count(res)
+                self._process_and_count(res, held)
             done += 1
         self.joblog.flush()  # the batch's done lines, in one write (log.py)
         self._adapt(len(jobs), done, time.monotonic() - started)
 
-    def _process_and_count(self, res: Reservation) -> None:
+    def _process_and_count(self, res: Reservation, held: int) -> None:
         """Run one job, then leave if it was this worker's last (recycle.py): as after a
         TERM, nothing new is started, and what the batch still holds goes back."""
         began = time.monotonic()
-        self.runner.process(res)
+        self.runner.process(res, held=held)
         why = self.recycler.after_job(time.monotonic() - began)
         if why:
             log.info("recycling worker %d: %s; a fresh worker takes its place", self.slot, why)
