@@ -135,3 +135,19 @@ class AsyncBlocksLoop(queued.Job):
 @queued.job(retry=0)
 async def async_function(key, value):
     await queued.get_async_redis().rpush(key, value)
+
+
+class AsyncCounted(queued.Job):
+    """Counted's async twin (the same t:running and t:most)."""
+
+    async def perform(self, seconds=0.3):
+        r = queued.get_async_redis()
+        await r.hincrby(RUNS, self.jid, 1)
+        now = await r.incr("t:running")
+        await r.eval("if tonumber(redis.call('GET', KEYS[1]) or 0) < tonumber(ARGV[1]) then "
+                     "redis.call('SET', KEYS[1], ARGV[1]) end", 1, "t:most", now)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await r.decr("t:running")
+        await r.hincrby(DONE, self.jid, 1)

@@ -250,12 +250,13 @@ class Children:
 
     def _past_timeout(self, rec: WorkerRecord, late: list, views: list, now: float) -> None:
         """Jobs ran past their timeout + grace: kill their process. Each of them is charged
-        with its timeout (recovery.settle); if the process's event loop is stuck in one job
-        (its record names it: watchdog.py), the async jobs past their limit waited on that
-        one, and it alone is charged. The others running are bystanders: they go back."""
-        blocker = views[0].jid if views[0].record == 0 and not views[0].busy else ""
-        if blocker and any(j.jid == blocker for j in late):
-            late = [j for j in late if j.jid == blocker]
+        with its timeout (recovery.settle); but if the process's event loop is stuck in one
+        job (its record names it: watchdog.py), the async jobs past their limit waited on
+        that one, which alone is charged. The others running are bystanders: they go back."""
+        blocker = views[0].jid if len(views) > 1 and not views[0].busy else ""
+        stuck = [j for j in views[1:] if j.busy and j.jid == blocker] if blocker else []
+        if stuck:
+            late = stuck
         rec.kill_reason = "timeout"
         rec.culprits = {j.jid: j.timeout for j in late}
         rec.kill_at = now + STACK_WAIT

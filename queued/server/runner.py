@@ -20,6 +20,7 @@ Does not own fetching, signals or the worker's loop (worker.py, dispatch.py).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import inspect
 import logging
@@ -106,8 +107,10 @@ class Runner:
         self._class_timeouts: dict[type, float | None] = {}
         self._kinds: dict[type, str] = {}
         self._durations: dict[str, float] = {}  # job class -> recent run time (seconds)
-        #: Write an async job's end on the loop's executor (other async jobs share the loop)
-        self.offload_ends = offload_ends
+        #: Writes the ends of async jobs that need Redis (other async jobs share the loop):
+        #: one thread, so they go out in order and need no more than one connection
+        self.ends_executor = (concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="queued-ends") if offload_ends else None)
         self._loop: asyncio.AbstractEventLoop | None = None  # (one job at a time: its own)
 
     @property
@@ -190,6 +193,8 @@ class Runner:
                                          lambda: job.perform(*run.args, **run.kwargs))
         except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
             error = e
+            if lane.number:  # a lane's failure may take a while to write: see run_async
+                lane.writer.ending()
         hook = self._ended(run, lane, error, time.monotonic() - start)
         call_hook(job, hook, *(() if error is None else (error,)))
         self._done(run, lane, error)
@@ -223,11 +228,14 @@ class Runner:
             if handle is not None:
                 handle.cancel()
         elapsed = time.monotonic() - start
-        if self.offload_ends:
+        if self.ends_executor is not None and (error is not None or run.task_id is not None):
+            # Its end is a Redis round trip (or retried through an outage): on the ends
+            # thread, not the loop. Its run is over: its time limit no longer applies.
+            lane.writer.ending()
             ctx = contextvars.copy_context()  # the job's log context goes with its end
             hook = await asyncio.get_running_loop().run_in_executor(
-                None, ctx.run, self._ended, run, lane, error, elapsed)
-        else:  # (the loop runs this job only: its end may hold it)
+                self.ends_executor, ctx.run, self._ended, run, lane, error, elapsed)
+        else:  # an ack (queued for the dispatcher: sharedends.py), or this job is alone
             hook = self._ended(run, lane, error, elapsed)
         result = call_hook(job, hook, *(() if error is None else (error,)))
         if inspect.isawaitable(result):

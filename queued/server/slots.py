@@ -50,6 +50,7 @@ _SEQ = struct.Struct("<Q")
 # worker's monotonic stamps with its own.
 _BODY = struct.Struct("<qB3xIdddddQQ24s64s128s")
 _SIZE = _SEQ.size + _BODY.size
+_TIMEOUT_AT = struct.calcsize("<qB3xIddd")  # the timeout field's offset in the body
 
 
 class SlotView(NamedTuple):
@@ -200,6 +201,16 @@ class SlotWriter:
               held: int = 0) -> None:
         """A job starts; ``held``: jobs reserved behind it, not started (batch.py)."""
         self._write(BUSY, time.time(), timeout or 0.0, jid, queue, klass, held)
+
+    def ending(self) -> None:
+        """The job has run; its end is being written (by another thread): still busy, its
+        time limit no longer counts (the master must not kill for a slow write)."""
+        off = self.off + _SEQ.size
+        self.seq += 1
+        self._store_seq()
+        struct.pack_into("<d", self.mem, off + _TIMEOUT_AT, 0.0)
+        self.seq += 1
+        self._store_seq()
 
     def end(self, failed: bool) -> None:
         self.processed += 1

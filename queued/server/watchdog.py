@@ -140,15 +140,19 @@ class Watchdog:
             late = now - v.started - v.timeout
             if not v.timeout or late < self.report_after or (v.record, v.jid) in self._reported:
                 continue
-            self._reported.add((v.record, v.jid))
             ident = self.pool.ident_of(v.record)
-            where = (f"thread {v.record}'s stack:\n{self._stack(ident)}" if ident else
-                     f"an async job: the loop thread's stack:\n"
-                     f"{self._stack(self.pool.loop_ident)}")
+            if not ident and self.blocker and v.jid != self.blocker:
+                continue  # it waits on the stuck loop, which _report_stall named
+            self._reported.add((v.record, v.jid))
+            if ident:
+                what, where = "JobTimeout", f"thread {v.record}'s stack:\n{self._stack(ident)}"
+            else:
+                what, where = "cancellation", (f"an async job: the loop thread's stack:\n"
+                                               f"{self._stack(self.pool.loop_ident)}")
             logsetup.write_record(
                 "ERROR", log.name,
                 f"worker {self.slot}: {v.job_class} jid={v.jid} is still running {late:.1f}s "
-                f"past its {v.timeout:g}s timeout (it ignored its JobTimeout: a blocking call, "
+                f"past its {v.timeout:g}s timeout (it ignored its {what}: a blocking call, "
                 f"or a swallowed exception); the master kills this process at the grace's "
                 f"end and puts its other jobs back; {where}")
         self._reported &= running
