@@ -42,12 +42,27 @@ def run_processes(ctx: Context, args) -> int:
     busy = sum(p.busy for p in procs)
     threads = sum(p.concurrency for p in procs)
     out.print_table(
-        "Processes", ["Identity", "Tag", "Started", "Queues", "Busy", "State", "Beat", "RSS"],
+        "Processes", ["Identity", "Tag", "Started", "Queues", "Busy", "Reserved", "State",
+                      "Beat", "RSS"],
         [(p.identity, p.tag, out.when(p.started_at, now), ", ".join(dict.fromkeys(p.queues)),
-          f"{p.busy}/{p.concurrency}", _state(p, now), out.when(p.beat, now),
+          f"{p.busy}/{p.concurrency}", str(p.reserved), _state(p, now), out.when(p.beat, now),
           out.megabytes(p.rss_kb)) for p in procs],
-        caption=f"{out.plural(len(procs), 'process')}, {busy} of {threads} busy", right=("Busy", "RSS"))
+        caption=f"{out.plural(len(procs), 'process')}, {busy} of {threads} busy",
+        right=("Busy", "Reserved", "RSS"))
+    for p in procs:
+        for hang in p.hangs:
+            out.say(f"{p.identity}: {describe_hang(hang)}")
     return 0
+
+
+def describe_hang(hang: dict) -> str:
+    """One line for a hang a process reported (heartbeat.hangs)."""
+    if "loop_lag" in hang:
+        return (f"worker {hang.get('worker')} pid {hang.get('pid')}: its event loop has not run "
+                f"for {hang.get('loop_lag')}s" + (f", stuck in job {hang['jid']}"
+                                                    if hang.get("jid") else ""))
+    return (f"worker {hang.get('worker')} pid {hang.get('pid')} thread {hang.get('thread')}: "
+            f"{hang.get('class')} jid={hang.get('jid')} is {hang.get('over')}s past its timeout")
 
 
 def run_running(ctx: Context, args) -> int:
@@ -56,8 +71,8 @@ def run_running(ctx: Context, args) -> int:
         out.emit_json([r.as_dict() for r in running])
         return 0
     out.print_table(
-        "Running jobs", ["Process", "JID", "Queue", "Class", "Args", "Started"],
-        [(r.identity, r.entry.jid, r.queue, r.entry.klass, out.compact(r.entry.args, 50),
+        "Running jobs", ["Process", "Thread", "JID", "Queue", "Class", "Args", "Started"],
+        [(r.identity, r.tid, r.entry.jid, r.queue, r.entry.klass, out.compact(r.entry.args, 50),
           out.when(r.run_at, ctx.now)) for r in running],
         caption=f"{out.plural(len(running), 'job')} running")
     return 0

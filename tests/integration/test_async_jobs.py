@@ -8,6 +8,7 @@ import pytest
 import threadjobs
 from threadjobs import AsyncBlocksLoop, AsyncCounted, AsyncNap, AsyncStuck, Counted
 
+from ctlrun import ctl
 from harness import counts, wait_for, zjobs
 
 JOBS = ("jobs.py", "threadjobs.py")
@@ -92,15 +93,20 @@ def test_sync_and_async_jobs_share_one_process_within_threads(daemon, producer, 
 
 
 def test_a_job_that_blocks_the_loop_is_named_and_alone_charged(daemon, producer, r):
-    # Given one process of 8 threads running async jobs with a 0.4 s limit, and a 2 s grace
-    d = daemon(concurrency=1, threads=8, timeout_grace=2, require=JOBS)
+    # Given one process of 8 threads running async jobs with a 0.4 s limit, and a 4 s grace
+    d = daemon(concurrency=1, threads=8, timeout_grace=4, require=JOBS)
     (worker,) = d.worker_pids()
     victims = AsyncNap.set(timeout=0.4, retry=3).perform_bulk([[0.2]] * 5)
     # When an async job blocks the loop (time.sleep inside async def) past its own limit
     culprit = AsyncBlocksLoop.perform_async(60)
-    # Then the worker names the stuck loop and the job in it, before the master acts
-    d.wait_log(f"the event loop has not run for", 10)
+    # Then the worker names the stuck loop and the job in it, before the master acts: in its
+    # log, and in what queuedctl processes shows
+    d.wait_log("the event loop has not run for", 10)
     assert f"job {culprit} holds it" in d.output()
+    shown = wait_for(lambda: [line for line in ctl("processes", url=d.redis_url).stdout
+                              .splitlines() if "its event loop has not run" in line], 5,
+                     what="queuedctl processes naming the stuck loop")
+    assert f"stuck in job {culprit}" in shown[0]
     # And the master kills the process and charges that job alone (its retry); the others,
     # past their limits only because the loop was stuck, go back as they were and end once
     (entry,) = wait_for(lambda: zjobs(r, "retry"), 15, what="the culprit's retry")

@@ -5,12 +5,14 @@ TERM and a rolling restart waiting for every job, a task exact, a class that opt
 threads (issue 17)."""
 import json
 import os
+import re
 import signal
 
 import jobs
 import threadjobs
 from threadjobs import Blocks, Counted, Held, NotThreadSafe, Spin
 
+from ctlrun import ctl
 from harness import counts, wait_for, zjobs
 from queued.task import Task
 
@@ -96,15 +98,21 @@ def test_a_python_loop_past_its_timeout_gets_jobtimeout_in_its_thread(daemon, pr
 def test_a_job_blocked_in_c_past_its_timeout_gets_its_process_killed_and_siblings_requeued(
         daemon, producer, r):
     # Given one process of 8 threads, 5 of them running jobs that wait on a gate, and a
-    # 0.5 s grace after a time limit
-    d = daemon(concurrency=1, threads=8, timeout_grace=0.5, require=JOBS)
+    # 3 s grace after a time limit
+    d = daemon(concurrency=1, threads=8, timeout_grace=3, require=JOBS)
     (worker,) = d.worker_pids()
     siblings = Held.perform_bulk([["block"]] * 5)
     wait_for(lambda: in_flight(r, siblings), 20, what="5 jobs in flight")
     # When a job blocks in time.sleep (C) far past its 0.3 s limit
     jid = Blocks.perform_async(60)
-    # Then the worker names it before the master acts, and the master kills the process
+    # Then it is named before the master acts: in queuedctl processes and in the worker's log
+    # (with its thread's stack); then the master kills the process
+    shown = wait_for(lambda: [line for line in ctl("processes", url=d.redis_url).stdout
+                              .splitlines() if f"Blocks jid={jid} is" in line], 5,
+                     what="queuedctl processes naming the job past its limit")
+    assert re.search(r"thread \d+: Blocks jid=\w+ is [\d.]+s past its timeout", shown[0])
     d.wait_log(f"jid={jid} is still running", 10)
+    assert "time.sleep(seconds)" in d.output()  # (its thread's stack: where it blocks)
     (entry,) = wait_for(lambda: zjobs(r, "retry"), 10, what="the culprit's retry")
     assert entry["jid"] == jid and entry["error_class"] == "JobTimeout"
     assert "ignored its JobTimeout; its worker was killed" in entry["error_message"]
