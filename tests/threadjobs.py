@@ -3,6 +3,7 @@ daemons by tests/integration/test_threads*.py. Like jobs.py, each records what i
 ``t:`` keys (jobs.RUNS, jobs.DONE), so a test counts runs by jid."""
 import asyncio
 import logging
+import os
 import threading
 import time
 
@@ -151,3 +152,15 @@ class AsyncCounted(queued.Job):
         finally:
             await r.decr("t:running")
         await r.hincrby(DONE, self.jid, 1)
+
+
+WHERE = "t:where"        # hash jid -> "<pid> <thread name>"
+
+
+class Where(queued.Job):
+    """Records which process and thread ran it."""
+
+    def perform(self, tag=None):
+        _start(self)
+        _r().hset(WHERE, self.jid, f"{os.getpid()} {threading.current_thread().name}")
+        _finish(self)

@@ -241,6 +241,21 @@ class Process:
         return _int(self.info.get("concurrency"))
 
     @property
+    def shape(self) -> str:
+        """queued's processes x threads (``2 × 25 threads``; per group: ``1 × 1, io 2 × 10``),
+        or "" for one job per process (and for Sidekiq's processes)."""
+        groups = self.info.get("groups")
+        if not isinstance(groups, list) or not groups or not all(
+                isinstance(g, dict) for g in groups):
+            return ""
+        if len(groups) == 1:
+            g = groups[0]
+            return f"{g.get('processes')} × {g.get('threads')} threads" \
+                if _int(g.get("threads")) > 1 else ""
+        return ", ".join(f"{g.get('name') + ' ' if g.get('name') else ''}"
+                         f"{g.get('processes')} × {g.get('threads')}" for g in groups)
+
+    @property
     def threads(self) -> int:
         """Threads of each worker process (queued's; Sidekiq's one process: its concurrency)."""
         return _int(self.info.get("threads")) or self.concurrency

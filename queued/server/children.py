@@ -50,9 +50,11 @@ KILLED_BY_MASTER = {
 
 
 class WorkerRecord:
-    def __init__(self, slot: int, pid: int, processed: int = 0, generation: int = 0):
+    def __init__(self, slot: int, pid: int, processed: int = 0, generation: int = 0,
+                 group: int = 0):
         self.slot = slot
         self.pid = pid
+        self.group = group                    # its index in config.worker_groups
         self.spawned = time.monotonic()
         self.processed_at_spawn = processed  # the slot's job count when this worker began
         self.generation = generation          # of the job code it was forked with (rolling.py)
@@ -78,17 +80,18 @@ class Exit(NamedTuple):
 
 class Children:
     def __init__(self, config, table: SlotTable, watch: Watch,
-                 make_worker: Callable[[int], Worker], in_child: Callable[[], None],
+                 make_worker: Callable[[int, int], Worker], in_child: Callable[[], None],
                  block_signals: tuple):
         self.config = config
         self.table = table
         self.watch = watch
-        self.make_worker = make_worker  # slot -> Worker, built before each fork
+        self.make_worker = make_worker  # (slot, group) -> Worker, built before each fork
         self.in_child = in_child        # closes the master's plumbing in a forked child
         self.block_signals = block_signals
         self.workers: dict[int, WorkerRecord] = {}       # pid -> record
-        slots = slot_count(config.concurrency)
+        slots = slot_count(config.process_count)
         self.free: set[int] = set(range(slots))
+        self.slot_group: dict[int, int] = {}  # the group of the worker a slot had last
         self.boot_failures = [0] * slots
         self.next_spawn = [0.0] * slots
         self.generation = 0  # of the job code the master has loaded (rolling.py counts them)
@@ -103,20 +106,27 @@ class Children:
 
     # --- fork --------------------------------------------------------------------------------
     def spawn(self, busy_slots) -> None:
-        """Fork workers until ``concurrency`` of them (not counting a leaving one) serve. A
-        free slot whose worker is due back (in backoff after a boot failure, or holding jobs
-        that were not put back yet: ``busy_slots``) keeps its turn, so the spare slot is no
-        way round the backoff; of the others, one that failed at boot goes first (its backoff
-        keeps growing), then the lowest."""
+        """Fork workers until each group (config.worker_groups) has its ``concurrency`` of
+        them serving (not counting a leaving one). A free slot whose worker is due back (in
+        backoff after a boot failure, or holding jobs that were not put back yet:
+        ``busy_slots``) keeps its turn in its group, so the spare slot is no way round the
+        backoff; of the others, one the group had before goes first, then one that failed at
+        boot (its backoff keeps growing), then the lowest."""
         now = time.monotonic()
-        need = self.config.concurrency - sum(1 for r in self.workers.values() if not r.leaving)
         waiting = {s for s in self.free if s in busy_slots or now < self.next_spawn[s]}
         ready = sorted(self.free - waiting, key=lambda s: (-self.boot_failures[s], s))
-        for slot in ready[:max(0, need - len(waiting))]:
-            self.fork(slot)
+        for g, group in enumerate(self.config.worker_groups):
+            serving = sum(1 for r in self.workers.values() if not r.leaving and r.group == g)
+            held = sum(1 for s in waiting if self.slot_group.get(s, 0) == g)
+            for _ in range(group.concurrency - serving - held):
+                if not ready:
+                    return
+                slot = next((s for s in ready if self.slot_group.get(s) == g), ready[0])
+                ready.remove(slot)
+                self.fork(slot, g)
 
-    def fork(self, slot: int) -> None:
-        worker = self.make_worker(slot)
+    def fork(self, slot: int, group: int = 0) -> None:
+        worker = self.make_worker(slot, group)
         # The record is made ready before the fork and left to the child after it: a reset
         # here after fork() overwrote the record of a child that had already begun a job,
         # hiding it from the timeout kill, the heartbeat and the crash count.
@@ -131,16 +141,25 @@ class Children:
                 worker.run()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        self.workers[pid] = WorkerRecord(slot, pid, processed, self.generation)
+        self.workers[pid] = WorkerRecord(slot, pid, processed, self.generation, group)
+        self.slot_group[slot] = group
         self.free.discard(slot)
 
     def up(self) -> bool:
-        """``concurrency`` workers that are not leaving, each started: it has written its own
-        pid into its record (the first thing it does after its setup). systemd's READY=1
-        waits for this, and so does a rolling restart before it stops a leaving worker."""
+        """Each group's ``concurrency`` workers that are not leaving, each started: it has
+        written its own pid into its record (the first thing it does after its setup).
+        systemd's READY=1 waits for this, and so does a rolling restart before it stops a
+        leaving worker."""
         serving = [rec for rec in self.workers.values() if not rec.leaving]
-        return len(serving) >= self.config.concurrency and all(
+        return all(sum(1 for rec in serving if rec.group == g) >= group.concurrency
+                   for g, group in enumerate(self.config.worker_groups)) and all(
             self.table.read(rec.slot).pid == rec.pid for rec in serving)
+
+    def serves(self, slot: int, queue: str) -> bool:
+        """Whether the worker in ``slot`` takes jobs from ``queue`` (its group's queues)."""
+        groups = self.config.worker_groups
+        g = self.slot_group.get(slot)
+        return g is not None and g < len(groups) and queue in groups[g].queue_names
 
     def retire(self, rec: WorkerRecord, stop_by: float) -> None:
         """Ask a leaving worker to stop: it finishes the job in hand and exits (TERM); at

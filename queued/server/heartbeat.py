@@ -75,7 +75,7 @@ class Heartbeat:
         self.identity = identity
         self.started_at = started_at
         self.reconfigure(config)
-        self.registration = recovery.registration(slot_count(config.concurrency),
+        self.registration = recovery.registration(slot_count(config.process_count),
                                                   config.queue_names)
         self.sent = (0, 0)  # processed, failed already flushed to stat:*
         self.renewed_at: float | None = None  # monotonic time of the last beat that went out
@@ -89,7 +89,10 @@ class Heartbeat:
         self.info = json.dumps({
             "hostname": self.identity.rsplit(":", 2)[0], "started_at": self.started_at,
             "pid": os.getpid(), "tag": config.tag, "concurrency": config.jobs_at_once,
-            "processes": config.concurrency, "threads": config.threads,
+            "processes": config.process_count, "threads": config.max_threads,
+            "groups": [{"name": g.name, "queues": list(g.queue_names),
+                        "processes": g.concurrency, "threads": g.threads}
+                       for g in config.worker_groups],
             "queues": list(config.queue_names), "labels": list(config.labels),
             "identity": self.identity, "version": __version__,
         }, separators=(",", ":"))

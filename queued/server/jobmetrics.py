@@ -19,7 +19,7 @@ class JobMetrics:
         record = getattr(config, "record_metrics", True)
         #: one region per worker slot (the rolling restart's spare included), and the
         #: master's own (the last)
-        self.table = MetricsTable(slot_count(config.concurrency) + 1) if record else None
+        self.table = MetricsTable(slot_count(config.process_count) + 1) if record else None
         self.flusher = Flusher(r, keys, self.table) if record else None
         self.own: Recorder | None = (self.table.recorder(self.table.master_region)
                                      if record else None)

@@ -70,8 +70,8 @@ class Master:
         self.keys = Keys(config.namespace)
         self.identity = new_identity()
         self.started_at = time.time()
-        self.slots = slot_count(config.concurrency)  # a spare for rolling restarts
-        self.table = SlotTable(self.slots, config.threads)
+        self.slots = slot_count(config.process_count)  # a spare for rolling restarts
+        self.table = SlotTable(self.slots, config.max_threads)
         # so workers log a broken queue once; the master's own persistent conditions too
         self.notes = Notes([*note_labels(config), "held",
                             *(("stuck", slot) for slot in range(self.slots))])
@@ -88,7 +88,8 @@ class Master:
         self.scheduler = Scheduler(self.r, self.keys, self.identity, config)
         self.periodic = Periodic(self.r, self.keys, config)
         self.waker = Waker(self.r, self.keys, config.queue_names, self.watch,
-                           config.fetch_timeout)
+                           config.fetch_timeout, serves=lambda slot, q: self.children.serves(
+                               slot, q))
         self.lease_ms = int(config.lease_timeout * 1000)
         self.jobmetrics = JobMetrics(config, self.r, self.keys, self.table)  # before any fork
         self.children = Children(config, self.table, self.watch, self._make_worker,
@@ -365,11 +366,11 @@ class Master:
     def _signal_workers(self, sig: int) -> None:
         self.children.signal_all(sig)
 
-    def _make_worker(self, slot: int) -> Worker:
+    def _make_worker(self, slot: int, group: int = 0) -> Worker:
         self.giveback.clear(slot)
         return Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid(),
                       self.notes, self.watch, self.waker.idle_w, metrics=self.jobmetrics.table,
-                      giveback=self.giveback)
+                      giveback=self.giveback, group=self.config.worker_groups[group])
 
     def _in_child(self) -> None:
         """In a freshly forked worker: forget the master's plumbing."""

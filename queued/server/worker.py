@@ -29,6 +29,7 @@ import redis
 
 from . import log as logsetup
 from .. import client
+from ..groups import Group
 from . import titles
 from .fetch import Fetcher, Reservation
 from .recycle import Recycler
@@ -61,12 +62,17 @@ class Worker:
 
     def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int,
                  notes: Notes | None = None, watch: Watch | None = None,
-                 idle_fd: int | None = None, metrics=None, giveback=None):
+                 idle_fd: int | None = None, metrics=None, giveback=None, group=None):
         self.config = config
         self.notes = notes if notes is not None else Notes(note_labels(config))
         self.watch = watch if watch is not None else Watch(config.concurrency)
         self.idle_fd = idle_fd  # a byte written here tells the master we block (waker.py)
-        self._preference = _idle_preference(config)
+        #: The queues this worker serves and how (config.worker_groups: the top level's, or
+        #: its queue group's)
+        self.group = group if group is not None else Group(
+            "", config.queues, config.strict, config.concurrency, config.threads)
+        self._preference = _idle_preference(self.group)
+        self._index = {name: i for i, name in enumerate(config.queue_names)}
         self.keys = keys
         self.identity = identity
         self.slot = slot
@@ -78,10 +84,10 @@ class Worker:
         self.batch = 1
         self.metrics = metrics  # the per-class metrics table (metrics.py), or None
         self.giveback = giveback  # the master's take-back of a batch held too long, or None
-        self.threads = config.threads
-        self.queues = config.queue_names
-        self.weighted = config.weighted_queues
-        self.strict = config.strict
+        self.threads = self.group.threads
+        self.queues = self.group.queue_names
+        self.weighted = self.group.weighted_queues
+        self.strict = self.group.strict
         #: The dispatcher's (threads > 1): what job threads, signals and the blocker tell it
         self.inbox: queue.SimpleQueue | None = None
         self.dispatcher = None
@@ -300,15 +306,14 @@ class Worker:
         while there are as many idle workers as queues. (For a job on a queue nobody waits on,
         the master wakes one of us: waker.py.)"""
         paused = self.fetcher.paused
-        open_ = [i for i in self._preference if self.fetcher.queues[i] not in paused]
+        open_ = [q for q in self._preference if q not in paused]
         if not open_:
             return None  # every queue paused: wait on none (Fetcher.wait)
         taken = self.watch.others(self.slot)
-        for i in open_:
-            if i not in taken:
-                return self.fetcher.queues[i]
-        return self.fetcher.block_queue if self.fetcher.block_queue not in paused else \
-            self.fetcher.queues[open_[0]]
+        for q in open_:
+            if self.queue_index(q) not in taken:
+                return q
+        return self.fetcher.block_queue if self.fetcher.block_queue not in paused else open_[0]
 
     def _block(self, queue: str | None) -> bytes | None:
         """Wait for a job on ``queue`` (None: on none, every queue is paused); the payload
@@ -355,8 +360,9 @@ class Worker:
         time.sleep(UNREGISTERED_NAP)
 
     def queue_index(self, name: str) -> int:
-        """A queue's index as the master's Watch and waker know it (slots.Watch)."""
-        return self.fetcher.queues.index(name)
+        """A queue's index as the master's Watch and waker know it (slots.Watch): its place
+        among every queue the daemon serves."""
+        return self._index[name]
 
     def _announce_idle(self) -> None:
         """Tell the master this worker now blocks, or is up (one byte; a full pipe means the
@@ -393,27 +399,32 @@ class Worker:
 
 
 def shape_lines(config) -> list[str]:
-    """What the master says at start about its shape: processes x threads, and a hint when
-    many processes would serve better as threads (the memory of a process per job)."""
-    c, t = config.concurrency, config.threads
-    lines = [f"{c} process{'es' if c != 1 else ''} x {t} thread{'s' if t != 1 else ''} = "
-             f"{c * t} job{'s' if c * t != 1 else ''} at once"]
+    """What the master says at start about its shape: processes x threads (each group's, and
+    the total), and a hint when many processes would serve better as threads (a process per
+    job costs memory; jobs that wait need no core of their own)."""
+    groups = config.worker_groups
+    if len(groups) == 1 and not groups[0].name:
+        lines = [groups[0].shape()]
+    else:
+        lines = [f"{g.label} ({', '.join(g.queue_names)}): {g.shape()}" for g in groups]
+        lines.append(f"{config.jobs_at_once} jobs at once in {config.process_count} processes")
     cores = os.cpu_count() or 1
-    if t == 1 and c > 2 * cores:
-        lines.append(f"concurrency {c} is far above this host's {cores} cores: each job at once "
-                     f"costs a whole process here; for jobs that wait (HTTP, databases, mail) "
-                     f"try concurrency {cores} with threads {max(2, -(-c // cores))} "
-                     f"(docs/migrating.md)")
+    for g in groups:
+        if g.threads == 1 and g.concurrency > 2 * cores:
+            lines.append(f"{g.label}: concurrency {g.concurrency} is far above this host's "
+                         f"{cores} cores: each job at once costs a whole process; for jobs "
+                         f"that wait (HTTP, databases, mail) try concurrency {cores} with "
+                         f"threads {max(2, -(-g.concurrency // cores))} (docs/migrating.md)")
     return lines
 
 
-def _idle_preference(config) -> list[int]:
-    """Queue indexes in the order idle workers take them to wait on: strict order as listed,
-    weighted order by weight (heaviest first, ties as listed)."""
-    names = config.queue_names
-    if config.strict:
-        return list(range(len(names)))
+def _idle_preference(group) -> list[str]:
+    """A group's queues in the order its idle workers take them to wait on: strict order as
+    listed, weighted order by weight (heaviest first, ties as listed)."""
+    names = list(group.queue_names)
+    if group.strict:
+        return names
     weight = dict.fromkeys(names, 0)
-    for name, w in config.queues:  # as weighted_queues counts them: max(w, 1) each
+    for name, w in group.queues:  # as weighted_queues counts them: max(w, 1) each
         weight[name] += max(w, 1)
-    return sorted(range(len(names)), key=lambda i: -weight[names[i]])
+    return sorted(names, key=lambda q: -weight[q])
