@@ -164,3 +164,9 @@ class Where(queued.Job):
         _start(self)
         _r().hset(WHERE, self.jid, f"{os.getpid()} {threading.current_thread().name}")
         _finish(self)
+
+
+@queued.on("thread_start")
+def _thread_started():
+    """Each thread that runs jobs says so once, before its first job."""
+    _r().rpush("t:thread_start", f"{os.getpid()} {threading.current_thread().name}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import io
 import logging
 import queue
 import sys
@@ -163,7 +162,18 @@ class Pool:
             return "Event loop tasks: (changing; ask again)"
         lines = [f"Event loop tasks ({len(tasks)}):"]
         for task in tasks:
-            buf = io.StringIO()
-            task.print_stack(limit=8, file=buf)
-            lines.append(buf.getvalue().rstrip())
+            lines.append(f"Task {task.get_name()} (awaiting, innermost last):")
+            lines.append("".join(traceback.format_list(_awaiting(task.get_coro()))).rstrip())
         return "\n".join(lines)
+
+
+def _awaiting(coro) -> traceback.StackSummary:
+    """The frames of a suspended coroutine and of each one it awaits, down to where it waits
+    (Task.get_stack stops at the outermost)."""
+    frames = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            frames.append((frame, frame.f_lineno))
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return traceback.StackSummary.extract(frames)

@@ -3,6 +3,7 @@ exactly once, each has its own state (log context, task, slot record), and each 
 Sidekiq's tools see a thread (issue 17)."""
 import json
 import re
+import signal
 
 import jobs
 import threadjobs
@@ -71,4 +72,47 @@ def test_25_jobs_run_at_once_in_one_process_each_with_its_own_state(daemon, prod
         (line,) = [x for x in out.splitlines() if f"held {jid}" in x]
         assert f" class=Held jid={jid} INFO app.threaded: held {jid}" in line
         assert re.search(rf" tid=w0-\d+ class=Held jid={jid} ", line)
+    assert d.stop() == 0
+
+
+def test_thread_start_fires_once_in_each_thread_that_runs_jobs(daemon, producer, r):
+    # Given one process of 3 threads
+    d = daemon(concurrency=1, threads=3, require=JOBS)
+    (worker,) = d.worker_pids()
+    # When sync jobs fill its 3 lanes, twice over, and an async job runs
+    for _ in range(2):
+        held = Held.perform_bulk([["ts"]] * 3)
+        wait_for(lambda: all(j in counts(r, jobs.RUNS) for j in held), 10, what="3 running")
+        jobs.open_gate(r, "ts")
+        wait_for(lambda: all(counts(r, jobs.DONE).get(j) == 1 for j in held), 10, what="done")
+        r.delete(jobs.GATE + "ts")
+    nap = threadjobs.AsyncNap.perform_async(0)
+    wait_for(lambda: counts(r, jobs.DONE).get(nap) == 1, 10, what="the async job")
+    # Then thread_start fired once in each of the 3 job threads and in the loop's thread
+    fired = sorted(x.decode() for x in r.lrange("t:thread_start", 0, -1))
+    assert fired == sorted(f"{worker} {n}" for n in (
+        "queued-job-1", "queued-job-2", "queued-job-3", "queued-loop"))
+    assert d.stop() == 0
+
+
+def test_ttin_dumps_every_job_threads_stack_and_the_loops_tasks(daemon, producer, r):
+    # Given one process of 4 threads running 2 sync jobs and an async one
+    d = daemon(concurrency=1, threads=4, require=JOBS)
+    held = Held.perform_bulk([["dump"]] * 2)
+    nap = threadjobs.AsyncNap.perform_async(2)
+    wait_for(lambda: all(j in counts(r, jobs.RUNS) for j in (*held, nap)), 10,
+             what="3 jobs running")
+    # When the master gets TTIN
+    d.signal(signal.SIGTTIN)
+    # Then the worker logs each lane's job, each job thread's stack (where its job is) and
+    # the event loop's tasks
+    out = d.wait_log("Event loop tasks (1):", 10)
+    dump = out[out.index("TTIN worker 0 pid="):]
+    for jid in (*held, nap):
+        assert f"jid={jid}" in dump.splitlines()[0]
+    assert dump.count("Thread queued-job-") == 2 and "(sync):" in dump
+    assert "in perform" in dump and "threadjobs.py" in dump
+    assert "asyncio.sleep(seconds)" in dump  # the async job's own frame, in its task
+    jobs.open_gate(r, "dump")
+    wait_for(lambda: counts(r, jobs.DONE).get(nap) == 1, 10, what="the async job done")
     assert d.stop() == 0

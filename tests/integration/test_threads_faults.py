@@ -210,3 +210,36 @@ def test_a_class_that_is_not_thread_safe_runs_alone_in_the_main_thread(daemon, p
     assert int(r.get("t:most")) > 1
     assert runs(r) == dict.fromkeys(busy + alone + more, 1)
     assert d.stop() == 0
+
+
+def test_max_jobs_recycles_a_threaded_worker_after_its_jobs_each_once(daemon, producer, r):
+    # Given processes of 5 threads that leave after 20 jobs
+    d = daemon(concurrency=1, threads=5, max_jobs=20, require=JOBS)
+    first = d.worker_pids()
+    # When 100 jobs run
+    jids = jobs.Record.perform_bulk([[i] for i in range(100)])
+    wait_for(lambda: len(done(r)) == 100, 30, what="100 jobs done")
+    # Then each ran once, and the worker was replaced (each after its jobs, nothing lost)
+    assert runs(r) == dict.fromkeys(jids, 1)
+    assert "recycling worker 0: ran" in d.output()
+    wait_for(lambda: d.worker_pids() and set(d.worker_pids()) != set(first), 10,
+             what="a fresh worker")
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0
+    assert d.stop() == 0
+
+
+def test_job_operations_from_threads_and_async_jobs(daemon, producer, r):
+    # Given one process of 4 threads
+    d = daemon(concurrency=1, threads=4, require=JOBS)
+    # When jobs release themselves, bury themselves and touch their lease from job threads
+    released = jobs.Releases.perform_async(0, 1)
+    buried = jobs.Buries.perform_async("not today")
+    touched = jobs.Touches.perform_async(0.3, 0.1)
+    wait_for(lambda: all(done(r).get(j) == 1 for j in (released, touched)), 10, what="done")
+    (entry,) = wait_for(lambda: zjobs(r, "dead"), 10, what="the buried job")
+    # Then each did what it says, as in a worker of one job at a time
+    assert runs(r)[released] == 2 and entry["jid"] == buried
+    assert entry["error_class"] == "Buried" and entry["bury_count"] == 1
+    assert set(r.lrange("t:touched", 0, -1)) == {b"1"} and r.llen("t:caught") == 0
+    assert r.zcard("retry") == 0 and r.llen("queue:default") == 0
+    assert d.stop() == 0
