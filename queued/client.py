@@ -32,7 +32,8 @@ import time
 import weakref
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any, Iterable
+from functools import partial
+from typing import Any, Callable, Iterable
 
 import redis as redis_lib
 from redis.exceptions import ReadOnlyError, ResponseError
@@ -52,6 +53,17 @@ task_sink: ContextVar[Any] = ContextVar("queued_task_sink", default=None)
 
 #: The clock every push reads (created_at, enqueued_at, at <= now). Tests may replace it.
 clock = time.time
+
+# Hooks that change what a push does. Both None unless an application turns them on, and a
+# push then pays one comparison each for them (docs/benchmarks.md: no measurable cost).
+#: ``commit_hook(run, using) -> bool``, set by queued.django (django/commit.py): True when it
+#: deferred ``run`` (the rest of the push: client middleware, then the write) to the commit of
+#: the transaction open on database ``using`` (None: Django's default database), False when
+#: no transaction is open and the push goes on now.
+commit_hook: Callable[[Callable[[], Any], Any], bool] | None = None
+#: queued.testing's fake or inline mode (testing/modes.py): takes what a push would write to
+#: Redis (``send``), and a task's writes (task.py), so no Redis is touched.
+testing: Any = None
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 BULK_BATCH = 1000
@@ -150,21 +162,42 @@ class Client:
         return self.middleware.reaches_end(msg["class"], msg, msg["queue"])
 
     # --- pushing ---
-    def push(self, item: Mapping) -> str | None:
-        """Push one job; its jid, or None if a middleware cancelled it."""
+    def push(self, item: Mapping, *, after_commit: Any = None) -> str | None:
+        """Push one job; its jid, or None if a middleware cancelled it.
+
+        Inside a database transaction (with queued.django: Django's ``transaction.atomic()``)
+        the job is checked and given its jid now, and its client middleware and its write
+        wait for the commit (nothing is pushed if the transaction rolls back): the jid is
+        returned at once either way. ``after_commit=False`` pushes now whatever is open; a
+        database alias (str) waits for that database's transaction instead of the default's."""
         sink = task_sink.get()
         if sink is not None:
             item = {**item, TASK_FIELD: sink.id}
         msg = self.normalize(item)
+        if commit_hook is not None and after_commit is not False \
+                and commit_hook(partial(self._push_checked, msg, sink), after_commit):
+            return msg["jid"]
         if not self._run_middleware(msg):
             return None
         self._write([msg], clock(), sink)
         return msg["jid"]
 
-    def push_bulk(self, item: Mapping, *, batch_size: int = BULK_BATCH) -> list[str]:
+    def _push_checked(self, msg: dict, sink: Any) -> str | None:
+        """The rest of a push deferred to a commit (push's own last three steps)."""
+        if not self._run_middleware(msg):
+            return None
+        self._write([msg], clock(), sink)
+        return msg["jid"]
+
+    def push_bulk(self, item: Mapping, *, batch_size: int = BULK_BATCH,
+                  after_commit: Any = None) -> list[str]:
         """Sidekiq's push_bulk: ``args`` is a list of argument lists, ``at`` one epoch or one
         per job. All jobs share created_at and enqueued_at; each gets its own jid. One SADD +
-        one variadic LPUSH (or ZADD) per ``batch_size`` jobs. Returns the pushed jids."""
+        one variadic LPUSH (or ZADD) per ``batch_size`` jobs. Returns the pushed jids.
+
+        Inside a transaction (see ``push``) the jobs are checked and given their jids now and
+        written at the commit; every jid is returned at once (a client middleware that cancels
+        one of them at the commit cancels a job whose jid was already returned)."""
         if not isinstance(item, Mapping):
             raise ValueError(f"push_bulk takes a dict, not {type(item).__name__}")
         args = item.get("args")
@@ -189,12 +222,24 @@ class Client:
             raise ValueError('job "at" must be a number or a non-empty list of numbers')
         normed = self._normalize(item)
         check_args(normed, args)
+        if commit_hook is not None and after_commit is not False:
+            given = [new_jid() for _ in args]
+            if commit_hook(partial(self._bulk, normed, args, at, ats, batch_size, sink, given),
+                    after_commit):
+                return given
+            return self._bulk(normed, args, at, ats, batch_size, sink, given)
+        return self._bulk(normed, args, at, ats, batch_size, sink)
+
+    def _bulk(self, normed: dict, args: list, at: Any, ats: list | None, batch_size: int,
+              sink: Any, given: list[str] | None = None) -> list[str]:
+        """push_bulk's writes, batch by batch; ``given``: the jids to use (made at the push
+        when it waited for a commit), else new ones."""
         now = clock()
         jids: list[str] = []
         for start in range(0, len(args), batch_size):
             if ats is None and not len(self.middleware):
                 alike = self._push_alike(normed, args[start:start + batch_size], at, now,
-                                         sink)
+                                         sink, given and given[start:start + batch_size])
                 if alike is not None:
                     jids.extend(alike)
                     continue
@@ -202,7 +247,7 @@ class Client:
             for i in range(start, min(start + batch_size, len(args))):
                 msg = dict(normed)
                 msg["args"] = list(args[i])
-                msg["jid"] = new_jid()
+                msg["jid"] = given[i] if given else new_jid()
                 if at is not None:
                     msg["at"] = ats[i] if ats is not None else at
                 if self._run_middleware(msg):
@@ -217,6 +262,10 @@ class Client:
         if not isinstance(queue, str) or not queue:
             raise ValueError(f"queue must be a non-empty string, not {queue!r}")
 
+        if testing is not None:  # (queued.testing's fake or inline mode)
+            testing.send(self, {queue: [payload]}, {})
+            return
+
         def fill(pipe: Any) -> None:
             pipe.sadd(self.keys.queues, queue)
             pipe.lpush(self.keys.queue(queue), payload)
@@ -224,7 +273,7 @@ class Client:
         self._pipeline(fill)
 
     def _push_alike(self, normed: dict, batch: list, at: Any, now: float,
-                    sink: Any = None) -> list[str] | None:
+                    sink: Any = None, given: list[str] | None = None) -> list[str] | None:
         """Write a bulk batch whose jobs differ only in args and jid (no middleware, one
         ``at`` for all): the payload is encoded once with markers in their place and each
         job's args and jid are spliced in. JSON encoding is compositional, so this is byte for
@@ -244,7 +293,7 @@ class Client:
         middle, _, tail = rest.partition(jid_mark)
         if jid_mark in head:  # the item put its own "jid" key before "args"
             return None
-        jids = [new_jid() for _ in batch]
+        jids = given or [new_jid() for _ in batch]
         arg_texts = [dumps(job_args) for job_args in batch]
         texts = [f"{head}{a}{middle}{_quote(jid)}{tail}" for a, jid in zip(arg_texts, jids)]
         if texts[0] != dumps({**probe, "args": list(batch[0]), "jid": jids[0]}):
@@ -294,6 +343,9 @@ class Client:
     def _send(self, queued: dict[str, list[str]], scheduled: dict[str, float]) -> None:
         """SADD queues + LPUSH queue:<q> of the encoded payloads by queue, ZADD schedule of
         the scheduled ones (payload -> at), in one round trip."""
+        if testing is not None:  # (queued.testing's fake or inline mode)
+            testing.send(self, queued, scheduled)
+            return
 
         def fill(pipe: Any) -> None:
             if queued:

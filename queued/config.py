@@ -102,7 +102,7 @@ def _check_redis_keys(values: dict[str, Any], source: str) -> None:
 
 
 def _redis_choice(values: dict[str, Any], cli_url: str | None, environ: Mapping[str, str],
-                  source: str) -> tuple[str, str]:
+                  source: str, where: str = "the config file") -> tuple[str, str]:
     """(Redis URL, where it came from). --redis-url, else $REDIS_URL (in containers the
     environment is how Redis is injected, so it wins over a file baked into the image), else
     the file's redis_url or redis:, else the default. embedded_redis replaces them all."""
@@ -120,12 +120,12 @@ def _redis_choice(values: dict[str, Any], cli_url: str | None, environ: Mapping[
         url = parse(SETTINGS["redis_url"], environ["REDIS_URL"], "environment", "REDIS_URL")
         origin = "REDIS_URL"
     elif file_key == "redis_url":
-        return values["redis_url"], "redis_url in the config file"
+        return values["redis_url"], f"redis_url in {where}"
     elif file_key == "redis":
-        return values["redis"].full_url(), "redis in the config file"
+        return values["redis"].full_url(), f"redis in {where}"
     else:
         return DEFAULT_REDIS_URL, "the default"
-    unused = f" ({file_key} in the config file is not used)" if file_key else ""
+    unused = f" ({file_key} in {where} is not used)" if file_key else ""
     return url, origin + unused
 
 
@@ -139,14 +139,15 @@ def _resolve_paths(values: dict[str, Any]) -> None:
 
 
 def _build(data: Any, source: str, cli: dict[str, Any], environ: Mapping[str, str],
-           config_file: str | None) -> Config:
+           config_file: str | None, config_source: str | None = None) -> Config:
     environment, origin = _environment(cli, environ)
     values, section = file_values(data, source, environment, origin)
     _check_redis_keys(values, source)
     cli_url = cli.pop("redis_url", None)
     values.update(cli)
     given = set(values)  # (settings the file or the command line gave)
-    values["redis_url"], values["redis_source"] = _redis_choice(values, cli_url, environ, source)
+    values["redis_url"], values["redis_source"] = _redis_choice(
+        values, cli_url, environ, source, config_source or "the config file")
     _resolve_paths(values)
     if values.get("serve_no_jobs"):
         values["concurrency"] = 0  # no workers: nothing here could run a job
@@ -160,8 +161,9 @@ def _build(data: Any, source: str, cli: dict[str, Any], environ: Mapping[str, st
         raise error(f"{source}: groups.{exc.sub}: {exc}") from None
     # Sidekiq's parse_queue: strict unless some queue has an explicit weight > 0.
     queues, strict = groups.with_weights(spec)
-    return Config(config_file=config_file, environment=environment, section=section,
-                  queues=queues, strict=strict, **values)
+    return Config(config_file=config_file, config_source=config_source,
+                  environment=environment, section=section, queues=queues, strict=strict,
+                  **values)
 
 
 def _check_lease(values: dict[str, Any], source: str) -> None:
@@ -183,16 +185,26 @@ def _check_schedule(values: dict[str, Any], source: str) -> None:
                     "(the top-level schedule: is the older form of the same thing)")
 
 
-def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
-    """Build the Config from already-parsed arguments (so a caller can check -V first)."""
+def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None,
+              settings: tuple[Mapping, str] | None = None) -> Config:
+    """Build the Config from already-parsed arguments (so a caller can check -V first).
+    ``settings``: (the file's mapping, where it is) read from elsewhere than a file (Django's
+    settings.QUEUED); one source of truth: a -C file (or config/sidekiq.yml) too is refused."""
     environ = os.environ if environ is None else environ
     cli = _cli_values(args)
     path = args.config_file
     if path is None and os.path.isfile(DEFAULT_CONFIG_FILE):
         path = DEFAULT_CONFIG_FILE  # as Sidekiq: config/sidekiq.yml when there is one
+    if settings is not None:
+        data, source = settings
+        if path is not None:
+            given = "-C" if args.config_file is not None else "found in the working directory"
+            raise error(f"{source} and {path} ({given}) both hold queued's settings: keep one "
+                        "(queued reads one source, never a mix of two)")
+        return _build(data, source, cli, environ, None, source)
     if path is None:
         return _build(None, CLI_SOURCE, cli, environ, None)
-    return _build(read_yaml(path), path, cli, environ, path)
+    return _build(read_yaml(path, environ), path, cli, environ, path)
 
 
 def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
@@ -214,7 +226,9 @@ def startup_line(cfg: Config) -> str:
     in effect, the Redis URL (password masked) and its source. For example
     ``config: /etc/queued/sidekiq.yml (environment production); Redis
     redis://:****@host:6379/0 from REDIS_URL``."""
-    if cfg.config_file is None:
+    if cfg.config_source is not None:
+        read = f"{cfg.config_source} ({_section_note(cfg)})"
+    elif cfg.config_file is None:
         read = f"none (no -C, and no {DEFAULT_CONFIG_FILE} in {os.getcwd()})"
     else:
         read = f"{os.path.abspath(cfg.config_file)} ({_section_note(cfg)})"

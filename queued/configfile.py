@@ -10,12 +10,15 @@ from typing import Any
 
 import yaml
 
+from . import erb
 from .errors import ConfigError
 from .settings import ALIASES, DEFAULT_SECTION, SETTINGS, parse
 from .values import error, show
 
 
-def read_yaml(path: str) -> Any:
+def read_yaml(path: str, environ: Mapping[str, str]) -> Any:
+    """The file's YAML, after its ERB tags (the forms erb.py evaluates, as Sidekiq runs the
+    file through ERB first)."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -23,8 +26,10 @@ def read_yaml(path: str) -> Any:
         raise error(f"{path}: cannot read config file: "
                     f"{getattr(exc, 'strerror', None) or exc}") from None
     if "<%" in text:
-        line = text[:text.index("<%")].count("\n") + 1
-        raise error(f"{path}: line {line}: ERB (<% ... %>) is not supported; use a plain value")
+        try:
+            text = erb.render(text, environ)
+        except erb.ErbError as exc:
+            raise error(f"{path}: {exc}") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -128,6 +133,12 @@ def _select(sections: Mapping[str, Any], source: str, environment: str | None,
     if close:
         raise error(f"{source}: no section for environment '{env}' (from {origin}); did you "
                     f"mean the section '{close[0]}'?")
+    if origin == "-e" and sections:
+        # Named on the command line for a file that has sections: a typo or the wrong file,
+        # not a reason to start on the top level alone. (From RAILS_ENV and the like, Sidekiq's
+        # top-level fallback stays: one variable serves the whole app, not only this file.)
+        raise error(f"{source}: no section for environment '{env}' (from -e); the file's "
+                    f"sections are {', '.join(repr(s) for s in sections)}")
     return None
 
 

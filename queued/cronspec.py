@@ -84,6 +84,13 @@ class Timing:
             if not self._repeat(tick):
                 return tick.timestamp()
 
+    def zone_note(self) -> str:
+        """Which clock the ticks follow, for the startup line: sidekiq-scheduler's users
+        expect the host's local time, and queued's default is UTC (see the module header)."""
+        if self.kind == "every":
+            return "every master aligned to the epoch"
+        return f"time zone {self.zone}" if self.zone else "in UTC, not the host's zone"
+
     def cron_text(self) -> str:
         """The ``cron`` field of sidekiq-cron's hash: the expression as written, or for
         ``every`` the six-field expression with the same ticks when there is one (sidekiq-cron's
@@ -131,12 +138,47 @@ def parse_cron(value: Any) -> Timing:
             raise Invalid(f"unknown time zone {zone!r} in {value!r} (an IANA name such as "
                           "Europe/Berlin or UTC)")
     expr = " ".join(words)
+    _check_fields(words, value)
     timing = Timing(value, "cron", expr=expr, zone=zone, fixed=_fixed(words))
     try:
         timing.next_after(0.0 if zone is None else 86400.0)
     except (ValueError, KeyError, TypeError) as exc:  # croniter's errors are ValueErrors
-        raise Invalid(f"not a valid cron expression: {value!r} ({exc})") from None
+        raise Invalid(f"not a valid cron expression: {value!r} ({exc}); the fields are "
+                      f"{_FIELD_LIST}") from None
     return timing
+
+
+#: (name, lowest, highest) of each cron field, seconds first when there are six.
+_FIELDS = (("second", 0, 59), ("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31),
+           ("month", 1, 12), ("day of week", 0, 7))
+_FIELD_LIST = ("[second] minute hour day-of-month month day-of-week (second 0-59, minute 0-59, "
+               "hour 0-23, day of month 1-31, month 1-12 or JAN-DEC, day of week 0-7 or SUN-SAT)")
+_NUMERIC_PART = re.compile(r"^(\*|\d+)(?:-(\d+))?(?:/(\d+))?$")
+
+
+def _check_fields(words: list[str], value: str) -> None:
+    """Name the field and its range for the mistakes people make (croniter's own message is
+    "[61 * * * *] is not acceptable, out of range"). Parts that are not plain numbers (names,
+    L, W, #) are left to croniter."""
+    if words[0].startswith("@"):
+        return
+    if len(words) not in (5, 6):
+        raise Invalid(f"not a valid cron expression: {value!r} (it has {len(words)} fields; "
+                      f"cron takes 5, or 6 with seconds first: {_FIELD_LIST})")
+    fields = _FIELDS if len(words) == 6 else _FIELDS[1:]
+    for word, (name, low, high) in zip(words, fields):
+        for part in word.split(","):
+            m = _NUMERIC_PART.match(part)
+            if m is None:
+                continue
+            start, end, step = m.groups()
+            for number in (start, end):
+                if number not in (None, "*") and not low <= int(number) <= high:
+                    raise Invalid(f"not a valid cron expression: {value!r} ({name} field "
+                                  f"{word!r}: {number} is out of range, {name} is {low}-{high})")
+            if step is not None and int(step) == 0:
+                raise Invalid(f"not a valid cron expression: {value!r} ({name} field "
+                              f"{word!r}: a step of 0; */N needs N of 1 or more)")
 
 
 def _fixed(words: list[str]) -> bool:

@@ -187,6 +187,15 @@ def resolve_at(when: Any, now: float) -> float:
 
 # --- Job ---------------------------------------------------------------------------------------
 
+class _FakeJobs:
+    """``HardWorker.jobs``: the jobs queued.testing's fake mode holds for the class (the live
+    list of their payloads as dicts; empty outside fake mode). Never touches Redis."""
+
+    def __get__(self, obj: Any, owner: type) -> list[dict]:
+        from .testing import store  # (only code that looks at .jobs loads queued.testing)
+        return store.jobs_of(owner.queued_name or owner.__name__)
+
+
 class Job:
     """Base class of every job. Subclass it, give it ``perform(self, *args)`` and optionally
     ``queued_options``; the subclass is registered the moment it is defined.
@@ -226,6 +235,9 @@ class Job:
             return
         cls.queued_name = own.get("name") or cls.__name__
         registry.register(cls, cls.queued_name)
+
+    #: The jobs queued.testing's fake mode holds for this class (``drain()`` runs them).
+    jobs = _FakeJobs()
 
     # --- the worker's side (keep trivial) ---
     def perform(self, *args: Any) -> Any:
@@ -326,6 +338,21 @@ class Job:
     def perform_bulk(cls, args: Any, *, batch_size: int = 1000) -> list[str]:
         return Setter(cls, {}).perform_bulk(args, batch_size=batch_size)
 
+    # --- queued.testing's fake mode (Sidekiq::Testing's drain and clear) ---
+    @classmethod
+    def drain(cls, until: float | None = None) -> int:
+        """Run this class's fake-mode jobs here, in order (those they push too), until none
+        is left (with ``until``, an epoch: none due by then); the number run. A job's
+        exception is raised as it is."""
+        from .testing import store
+        return store.drain(cls.queued_name or cls.__name__, until)
+
+    @classmethod
+    def clear(cls) -> None:
+        """Forget this class's fake-mode jobs."""
+        from .testing import store
+        store.clear(cls.queued_name or cls.__name__)
+
 
 class Setter:
     """``Job.set(...)``: per-push options, chainable (``.set(...)`` again merges more).
@@ -333,25 +360,36 @@ class Setter:
     Takes the options that make sense per push (``queue``, ``retry``, ``backtrace``, ``dead``,
     ``retry_queue``, ``tags``, ``timeout``), ``jid`` (this push's job id, instead of a new
     one), ``wait`` (seconds or a timedelta from now) or ``wait_until`` (an epoch or a
-    datetime), like Sidekiq and ActiveJob, and ``extra``: a dict of payload keys of your own,
+    datetime), like Sidekiq and ActiveJob, ``extra``: a dict of payload keys of your own,
     written as they are (``set(extra={"tenant": 7})``, for a client or server middleware that
-    reads them). Any other keyword is a TypeError, with a suggestion for a typo: a misspelt
-    ``queu="low"`` would otherwise push to the class's queue with a stray payload key."""
+    reads them), and ``after_commit``: inside a database transaction a push waits for its
+    commit (queued.django); ``False`` pushes at once, a database alias waits for that
+    database's transaction (never written to the payload). Any other keyword is a TypeError,
+    with a suggestion for a typo: a misspelt ``queu="low"`` would otherwise push to the
+    class's queue with a stray payload key."""
 
     def __init__(self, job_class: type[Job], options: dict[str, Any]):
         self._job = job_class
         self._opts: dict[str, Any] = {}
+        self._after_commit: Any = None
         self.set(**options)
 
     def set(self, *, wait: Any = None, wait_until: Any = None,
-            extra: dict[str, Any] | None = None, **options: Any) -> "Setter":
+            extra: dict[str, Any] | None = None, after_commit: Any = None,
+            **options: Any) -> "Setter":
         owner = f"{_where(self._job)}.set()"
+        if after_commit is not None:
+            if not (isinstance(after_commit, bool) or _nonempty_str(after_commit)):
+                raise TypeError(f"{owner}: after_commit must be True, False or a database "
+                                f"alias, not {after_commit!r}")
+            self._after_commit = after_commit
         for key in options:
             if key not in SET_KEYS:
-                guess = did_you_mean(key, SET_KEYS | {"wait", "wait_until"}, _SET_SYNONYMS)
+                guess = did_you_mean(key, SET_KEYS | {"wait", "wait_until", "after_commit"},
+                                     _SET_SYNONYMS)
                 raise TypeError(f"{owner}: unknown option {key!r}{guess}; set() takes "
-                                f"{', '.join(sorted(SET_KEYS))}, wait and wait_until, and "
-                                "payload keys of your own as extra={...}")
+                                f"{', '.join(sorted(SET_KEYS))}, wait, wait_until and "
+                                "after_commit, and payload keys of your own as extra={...}")
         check_options(owner, options, SET_KEYS)
         if extra is not None:
             self._check_extra(owner, extra)
@@ -376,7 +414,7 @@ class Setter:
         for key in extra:
             if not isinstance(key, str) or not key:
                 raise TypeError(f"{owner}: extra keys must be non-empty str, not {key!r}")
-            if key in SET_KEYS or key in ("wait", "wait_until"):
+            if key in SET_KEYS or key in ("wait", "wait_until", "after_commit"):
                 raise TypeError(f"{owner}: give {key!r} as set({key}=...), not in extra")
             if key in _WRITTEN_BY_PUSH:
                 raise TypeError(f"{owner}: extra cannot set {key!r}: the push writes it")
@@ -388,7 +426,7 @@ class Setter:
 
     def perform_async(self, *args: Any) -> str | None:
         item = {**self._opts, "args": list(args), "class": self._job}
-        return self._job.queued_client().push(item)
+        return self._job.queued_client().push(item, after_commit=self._after_commit)
 
     def perform_in(self, interval: Any, *args: Any) -> str | None:
         now = _client.clock()
@@ -399,7 +437,7 @@ class Setter:
         else:
             item.pop("at", None)
         item.update({"args": list(args), "class": self._job})
-        return self._job.queued_client().push(item)
+        return self._job.queued_client().push(item, after_commit=self._after_commit)
 
     perform_at = perform_in
 
@@ -411,7 +449,8 @@ class Setter:
         if "jid" in self._opts:
             raise ValueError("set(jid=...) names one job; perform_bulk gives each job its own")
         item = {**self._opts, "class": self._job, "args": [list(a) for a in args]}
-        return self._job.queued_client().push_bulk(item, batch_size=batch_size)
+        return self._job.queued_client().push_bulk(item, batch_size=batch_size,
+                                                   after_commit=self._after_commit)
 
 
 # --- function form -------------------------------------------------------------------------
@@ -443,6 +482,16 @@ class JobFunction:
 
     def set(self, **options: Any) -> Setter:
         return self.job_class.set(**options)
+
+    @property
+    def jobs(self) -> list[dict]:
+        return self.job_class.jobs
+
+    def drain(self, until: float | None = None) -> int:
+        return self.job_class.drain(until)
+
+    def clear(self) -> None:
+        self.job_class.clear()
 
 
 def job(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:

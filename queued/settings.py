@@ -50,6 +50,9 @@ class Config:
                                  f"(else $APP_ENV, $RAILS_ENV, $RACK_ENV, else {DEFAULT_SECTION}).",
                                  flags=("-e", "--environment"),
                                  not_in_file="use -e or APP_ENV/RAILS_ENV/RACK_ENV")
+    config_source: str | None = _s(None, text, "Where the settings were read when not from a "
+                                   "file: Django's settings.QUEUED (queued.django).",
+                                   not_in_file="queued records it")
     section: str | None = _s(None, word, "The environment section of the file in effect: the "
                              f"one -e (else $APP_ENV..., else '{DEFAULT_SECTION}') names, if the "
                              "file has it.", not_in_file="it follows from -e and the file")

@@ -20,18 +20,27 @@ and the task cannot complete before the adding job itself ends, so it never comp
 Redis memory is bounded: every key of a task has a TTL from the moment it exists; a complete
 task lives ``ttl_success`` (or ``ttl_failure`` if any job failed), one whose jobs stop moving
 ``ttl_idle`` after the last move (an abandoned task).
+
+Inside a database transaction (queued.django), a task's writes wait for the commit as a push
+does (none if it rolls back); its id is known at once. ``after_commit=False`` writes at once.
+In queued.testing's fake and inline modes a task lives in memory (testing/tasks.py): every
+method that reads or writes Redis hands over to it first.
 """
 from __future__ import annotations
 
 import json
+import logging
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from functools import partial
+from typing import Any, Callable, Iterator
 
 from . import client as _client
 from .keys import TASK_STATES, Keys
 from .payload import dumps, new_jid
-from .tracking import FINAL, TASK_SEAL
+from .tracking import FINAL, TASK_PUSH, TASK_SEAL, CallbackBlocked, blocked_keys
+
+log = logging.getLogger("queued.task")
 
 DAY = 24 * 3600
 #: Jobs written per MULTI/EXEC when a block ends (each transaction is atomic: a worker never
@@ -53,7 +62,7 @@ class Task:
     def __init__(self, description: str = "", *, on_complete: Any = None,
                  on_success: Any = None, callback_queue: str | None = None,
                  ttl_success: int = DAY, ttl_failure: int = 7 * DAY, ttl_idle: int = 30 * DAY,
-                 client: _client.Client | None = None):
+                 client: _client.Client | None = None, after_commit: Any = None):
         for name, value in (("ttl_success", ttl_success), ("ttl_failure", ttl_failure),
                             ("ttl_idle", ttl_idle)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -71,6 +80,7 @@ class Task:
         self._stored = False  # its hash is in Redis (made by its first block)
         self._seals = True    # its first `with` block seals it (not a reopened task's)
         self._pending: list[_Buffer] = []
+        self._after_commit = after_commit  # (see Client.push: False, or a database alias)
 
     def __repr__(self) -> str:
         return f"<queued.Task {self.id} {self.description!r}>"
@@ -80,12 +90,17 @@ class Task:
     def find(cls, task_id: str, client: _client.Client | None = None) -> "Task | None":
         """The task with this id, or None if there is none (never made, or expired)."""
         client = client or _client.default_client()
-        meta = client.redis.hgetall(client.keys.task(task_id))
+        if _client.testing is not None:
+            meta = _client.testing.task_meta(task_id)
+        else:
+            meta = {k.decode(): v.decode()
+                    for k, v in client.redis.hgetall(client.keys.task(task_id)).items()}
         if not meta:
             return None
         task = cls.__new__(cls)
         task.client, task.keys, task.id = client, client.keys, task_id
-        task._meta = {k.decode(): v.decode() for k, v in meta.items()}
+        task._after_commit = None
+        task._meta = meta
         task.description = task._meta.get("description", "")
         task.created_at = float(task._meta.get("created_at", 0)) or None
         task._stored, task._seals, task._pending = True, False, []
@@ -99,7 +114,8 @@ class Task:
     def __exit__(self, exc_type, exc, tb) -> None:
         buffer = self._close()
         if exc_type is None:
-            self._write(buffer, seal=self._seals)
+            self._commit_then(partial(self._write, buffer, self._seals))
+            self._seals = False  # (the block's write seals; a later block does not)
 
     @contextmanager
     def batch(self) -> Iterator["Task"]:
@@ -110,14 +126,14 @@ class Task:
         except BaseException:
             self._close()
             raise
-        self._write(self._close(), seal=False)
+        self._commit_then(partial(self._write, self._close(), False))
 
     def create(self) -> "Task":
         """Store the task now, open (not sealed), with no job yet: jobs join it later, from
         Python in ``batch()`` blocks, from other languages with the payload field ``task_id``
         (docs/tasks.md); ``seal()`` when every job is in."""
         if not self._stored:
-            self._write(_Buffer(self.id), seal=False)
+            self._commit_then(partial(self._write, _Buffer(self.id), False))
         return self
 
     def seal(self, total: int | None = None) -> None:
@@ -125,17 +141,34 @@ class Task:
         are). ``total``: the number of jobs the task will have, when some were pushed by
         another language's producer with only the ``task_id`` field (such a job is counted
         from its start; the task does not complete before it has ``total``). Sealing twice
-        does nothing more (a later ``total`` replaces the earlier)."""
+        does nothing more (a later ``total`` replaces the earlier). Raises
+        ``queued.tracking.CallbackBlocked`` (nothing written) if sealing would complete the
+        task while a callback's queue key holds another Redis type."""
         if total is not None and (isinstance(total, bool) or not isinstance(total, int)
                                   or total < 0):
             raise ValueError(f"total must be a whole number >= 0, not {total!r}")
+        self._commit_then(partial(self._seal, total))
+
+    def _seal(self, total: int | None) -> None:
         if not self._stored:
             self._write(_Buffer(self.id), seal=False)
-        ks = self.keys.task_keys(self.id)
-        if not TASK_SEAL(self.client.redis, [*ks, self.keys.queues],
-                         [self.id, self.keys.ns, "" if total is None else str(total)]):
-            raise LookupError(f"task {self.id} does not exist (expired or deleted)")
+        if _client.testing is not None:
+            _client.testing.seal_task(self.id, total)
+        else:
+            ks = self.keys.task_keys(self.id)
+            sealed = int(TASK_SEAL(self.client.redis, [*ks, self.keys.queues],
+                                   [self.id, self.keys.ns, "" if total is None else str(total)]))
+            if sealed < 0:  # nothing written: it would complete into a broken callback queue
+                raise CallbackBlocked(self.id, blocked_keys(self.client.redis, self.keys, self.id))
+            if not sealed:
+                raise LookupError(f"task {self.id} does not exist (expired or deleted)")
         self._seals = False
+
+    def _commit_then(self, write: Callable[[], None]) -> None:
+        """Run ``write`` now, or at the commit of the transaction open now (as a push)."""
+        hook = _client.commit_hook
+        if hook is None or self._after_commit is False or not hook(write, self._after_commit):
+            write()
 
     def _open(self) -> None:
         buffer = _Buffer(self.id)
@@ -150,6 +183,12 @@ class Task:
     def _write(self, buffer: "_Buffer", seal: bool) -> None:
         """The block's jobs, CHUNK per transaction: each job's record, its ``enqueued`` state
         and the job itself together, so a worker never runs a job the task does not know."""
+        if _client.testing is not None:
+            _client.testing.write_task(self, buffer)
+            self._stored = True
+            if seal:
+                self._seal(None)
+            return
         r, ks = self.client.redis, self.keys.task_keys(self.id)
         ttl_ms = int(self._meta["ttl_idle"]) * 1000
         jobs = buffer.jobs
@@ -162,10 +201,13 @@ class Task:
                 _push_chunk(pipe, self.keys, ks, chunk)
             for key in (ks[0], ks[1], ks[7]):  # the hash, enqueued, records
                 pipe.pexpire(key, ttl_ms)
-            pipe.execute()
+            replies = pipe.execute()
             self._stored = True
+            if chunk and replies[-4]:
+                log.warning("task %s: %d job(s) not pushed: their jid is already in the task "
+                            "(the same jid is the same job)", self.id, replies[-4])
         if seal:
-            self.seal()
+            self._seal(None)
 
     def _create(self, pipe: Any) -> None:
         now = time.time()
@@ -181,6 +223,8 @@ class Task:
         """Counts per state in O(1): total, enqueued, working, finished, failed, error (of
         which ``retrying`` wait for a retry), and complete (sealed, every job final) and
         success (complete, every job finished)."""
+        if _client.testing is not None:
+            return _client.testing.task_progress(self.id)
         ks = self.keys.task_keys(self.id)
         pipe = self.client.redis.pipeline(transaction=False)
         pipe.hmget(ks[0], "sealed", "completed_at", "succeeded_at")
@@ -197,8 +241,9 @@ class Task:
     def info(self) -> dict:
         """The task itself: id, description, created_at, sealed, completed_at, succeeded_at,
         expected (the total announced by ``seal(total)``, else None)."""
-        meta = {k.decode(): v.decode() for k, v in
-                self.client.redis.hgetall(self.keys.task(self.id)).items()}
+        meta = (_client.testing.task_meta(self.id) if _client.testing is not None else
+                {k.decode(): v.decode() for k, v in
+                 self.client.redis.hgetall(self.keys.task(self.id)).items()})
         return {"id": self.id, "description": meta.get("description", ""),
                 "created_at": _time(meta.get("created_at")), "sealed": meta.get("sealed") == "1",
                 "completed_at": _time(meta.get("completed_at")),
@@ -228,6 +273,8 @@ class Task:
         return self._page(state, cursor, count)
 
     def _page(self, state: str, cursor: int, count: int) -> tuple[list[dict], int]:
+        if _client.testing is not None:
+            return _client.testing.task_page(self.id, state, cursor, count)
         ks = self.keys.task_keys(self.id)
         cursor, jids = self.client.redis.sscan(ks[1 + TASK_STATES.index(state)], cursor,
                                               count=count)
@@ -235,6 +282,8 @@ class Task:
 
     def job(self, jid: str) -> dict | None:
         """One job's record, or None if it is not in this task."""
+        if _client.testing is not None:
+            return _client.testing.task_job(self.id, jid)
         ks = self.keys.task_keys(self.id)
         pipe = self.client.redis.pipeline(transaction=False)
         for key in ks[1:7]:
@@ -269,7 +318,8 @@ class Task:
 def recent(client: _client.Client | None = None, limit: int = 50) -> list[Task]:
     """The newest tasks that still exist, newest first."""
     client = client or _client.default_client()
-    ids = [i.decode() for i in client.redis.zrevrange(client.keys.tasks, 0, max(limit, 1) - 1)]
+    ids = (_client.testing.task_ids(limit) if _client.testing is not None else
+           [i.decode() for i in client.redis.zrevrange(client.keys.tasks, 0, max(limit, 1) - 1)])
     found = [Task.find(i, client) for i in ids]
     return [t for t in found if t is not None]
 
@@ -299,21 +349,16 @@ class _Buffer:
 
 
 def _push_chunk(pipe: Any, keys: Keys, ks: list[str], chunk: list) -> None:
-    pipe.hset(ks[7], mapping={jid: record for jid, record, *_ in chunk})
-    pipe.sadd(ks[1], *(jid for jid, *_ in chunk))
-    by_queue: dict[str, list[str]] = {}
-    scheduled: dict[str, float] = {}
-    for _jid, _record, queue, at, text in chunk:
-        if queue is None:
-            scheduled[text] = at
-        else:
-            by_queue.setdefault(queue, []).append(text)
-    if by_queue:
-        pipe.sadd(keys.queues, *by_queue)
-        for queue, texts in by_queue.items():
-            pipe.lpush(keys.queue(queue), *texts)
-    if scheduled:
-        pipe.zadd(keys.schedule, scheduled)
+    """One chunk's jobs, by TASK_PUSH (sent as EVAL: inside MULTI, an EVALSHA that Redis
+    refused with NOSCRIPT would leave the rest of the transaction applied without it)."""
+    queues: dict[str, int] = {}
+    args: list = [len(chunk)]
+    for jid, record, queue, at, text in chunk:
+        where = 0 if queue is None else queues.setdefault(queue, len(queues) + 1)
+        args += [jid, record, where, "" if at is None else repr(at), text]
+    args += list(queues)
+    pipe.execute_command(*TASK_PUSH.eval_command(
+        [ks[7], ks[1], keys.queues, keys.schedule, *(keys.queue(q) for q in queues)], args))
 
 
 def _callback_pieces(client: _client.Client, callback: Any, queue: str | None) -> str:

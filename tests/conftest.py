@@ -18,6 +18,9 @@ import time
 import pytest
 import redis as redis_lib
 
+#: queued.testing's fixtures (queued_fake, queued_inline), as an application turns them on.
+pytest_plugins = ["queued.testing.pytest_plugin"]
+
 IN_CI = bool(os.environ.get("CI"))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -183,3 +186,47 @@ def make_fetcher(redis_url):
     for f in made:
         f.close()
         f.redis.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server of the session's own (tests/pgserver.py). Locally a machine without
+    Debian's postgresql skips the tests that need it; under CI that is an error."""
+    from pgserver import PostgresServer, find_bin_dir
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        if IN_CI:
+            pytest.fail("PostgreSQL is not installed; CI must install it (scripts/test does)")
+        pytest.skip("PostgreSQL not installed (apt-get install postgresql; CI runs these tests)")
+    server = PostgresServer(bin_dir, free_port())
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def django_site(postgres_server, redis_server):
+    """The test Django project (tests/djangosite.py), set up in this process once."""
+    from djangosite import DjangoSite
+    site = DjangoSite(postgres_server, redis_server.url)
+    site.setup()
+    return site
+
+
+@pytest.fixture
+def django_db(django_site):
+    """The project's tables, empty before and after the test."""
+    django_site.clean()
+    yield django_site
+    django_site.clean()
+
+
+@pytest.fixture
+def after_commit():
+    """Pushes in this process wait for commits (queued.django), for this test."""
+    from queued.django import commit
+    commit.install()
+    yield
+    commit.uninstall()

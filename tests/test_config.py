@@ -171,7 +171,6 @@ def test_environment_section_by_flag(write):
     assert cfg.concurrency == 20
     assert cfg.queues == (("critical", 2), ("default", 1)) and not cfg.strict
     assert load("-C", path, "-e", "staging").concurrency == 10
-    assert load("-C", path, "-e", "test").concurrency == 5
 
 
 def test_environment_section_by_rails_env(write):
@@ -403,10 +402,73 @@ def test_non_mapping_top_level(write, text, kind):
     assert "mapping" in message and kind in message and "sidekiq.yml" in message
 
 
-def test_erb_is_rejected(write):
-    path = write(':concurrency: 5\n:timeout: <%= ENV["T"] %>\n')
+# --- ERB (queued/erb.py): the forms Rails apps write in sidekiq.yml
+
+RAILS_ERB = """\
+:concurrency: <%= ENV.fetch("SIDEKIQ_CONCURRENCY", 3) %>
+:timeout: <%= ENV.fetch("SIDEKIQ_TIMEOUT") { 8 } %>
+:tag: <%= ENV["APP_NAME"] || "shop" %>
+:redis:
+  :url: <%= ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/3") %>
+<%# a comment, gone -%>
+production:
+  :concurrency: <%= ENV.fetch("PROD_CONCURRENCY", "20").to_i %>
+"""
+
+
+def test_erb_defaults_apply_when_the_variables_are_unset(write):
+    cfg = load("-C", write(RAILS_ERB))
+    assert (cfg.concurrency, cfg.shutdown_timeout, cfg.tag) == (3, 8.0, "shop")
+    assert cfg.redis_url == "redis://127.0.0.1:6379/3"
+
+
+def test_erb_reads_the_environment_with_rubys_meaning(write):
+    env = {"SIDEKIQ_CONCURRENCY": "7", "SIDEKIQ_TIMEOUT": "12", "APP_NAME": "",
+           "PROD_CONCURRENCY": "11 workers"}
+    cfg = load("-C", write(RAILS_ERB), "-e", "production", environ=env)
+    # "11 workers".to_i is 11 in Ruby; an empty string is true for ||, so the tag is empty
+    assert (cfg.concurrency, cfg.shutdown_timeout, cfg.tag) == (11, 12.0, "")
+    assert load("-C", write(RAILS_ERB), environ=env).concurrency == 7
+
+
+def test_erb_nil_to_i_is_zero_and_zero_processes_is_refused_naming_the_key(write):
+    path = write(":concurrency: <%= ENV['NOPE'].to_i %>\n")
+    assert error_of("-C", path).startswith(f"{path}: concurrency: expected")
+
+
+def test_erb_fetch_of_an_unset_variable_names_it_and_the_line(write):
+    path = write(':concurrency: 5\n:timeout: <%= ENV.fetch("SIDEKIQ_TIMEOUT") %>\n')
+    assert error_of("-C", path) == (
+        f'{path}: line 2: <%= ENV.fetch("SIDEKIQ_TIMEOUT") %>: the environment variable '
+        "SIDEKIQ_TIMEOUT is not set (ENV.fetch without a default needs it)")
+
+
+@pytest.mark.parametrize("tag", ['<%= File.read("/etc/passwd") %>', "<%= `id` %>",
+                                 '<%= ENV["X"].upcase %>', "<% if true %>",
+                                 '<%= system("touch /tmp/pwned") %>'])
+def test_erb_outside_the_supported_forms_is_refused_with_the_line_and_the_forms(write, tag):
+    path = write(f":concurrency: 5\n:tag: {tag}\n")
     message = error_of("-C", path)
-    assert message.startswith(f"{path}: line 2: ERB") and "plain value" in message
+    assert message.startswith(f"{path}: line 2: {tag}: ")
+    assert 'supported: ENV["X"], ENV.fetch("X"), ENV.fetch("X", default)' in message
+
+
+@pytest.mark.parametrize("text, want", [
+    ("<%= Integer(ENV.fetch('N', '4')) %>", 4), ("<%= ENV['N'] || 6 %>", 6),
+    ("<%= (ENV['N'] || '9').to_i %>", 9), ("<%= ENV.fetch('N') { 2 }.to_i %>", 2),
+    ("<%= 5 -%>\n", 5), ("<%= Float('2.5').to_i %>", 2)])
+def test_erb_forms(write, text, want):
+    assert load("-C", write(f":concurrency: {text}\n")).concurrency == want
+
+
+def test_erb_strict_integer_of_a_non_number_is_an_error(write):
+    path = write(":concurrency: <%= Integer(ENV.fetch('N', 'many')) %>\n")
+    assert "Integer('many'): not a valid number" in error_of("-C", path)
+
+
+def test_erb_literal_percent_tag_is_kept(write):
+    cfg = load("-C", write(":tag: 'a <%%= b %>'\n"))
+    assert cfg.tag == "a <%= b %>"
 
 
 def test_from_dict_uses_source_name():
@@ -566,13 +628,29 @@ def test_an_environment_named_nearly_like_a_section_is_an_error_naming_both(writ
         "RAILS_ENV")
 
 
-def test_an_environment_without_a_section_runs_on_the_top_level_and_says_so(write):
-    # Nothing spelt like it: the top level alone, as Sidekiq does; the startup line says so
-    path = write("concurrency: 2\nstaging:\n  concurrency: 20\n")
+def test_an_environment_named_by_e_without_a_section_is_an_error_naming_the_sections(write):
+    # -e prod against a file with sections is a typo or the wrong file: it used to start on
+    # the top level alone, with only a note in the startup line
+    path = write("concurrency: 2\nstaging:\n  concurrency: 20\nproduction:\n  concurrency: 9\n")
+    assert error_of("-C", path, "-e", "prod") == (
+        f"{path}: no section for environment 'prod' (from -e); the file's sections are "
+        "'staging', 'production'")
+
+
+def test_an_environment_named_by_e_on_a_file_without_sections_runs_on_the_top_level(write):
+    path = write("concurrency: 2\n")
     cfg = load("-C", path, "-e", "production")
     assert (cfg.concurrency, cfg.environment, cfg.section) == (2, "production", None)
     assert "(environment production: no such section, top level only)" in (
         config.startup_line(cfg))
+
+
+def test_an_environment_from_rails_env_without_a_section_runs_on_the_top_level_as_sidekiq(write):
+    # One RAILS_ENV serves the whole app (a review app's "review"), so Sidekiq's fallback stays
+    path = write("concurrency: 2\nstaging:\n  concurrency: 20\n")
+    cfg = load("-C", path, environ={"RAILS_ENV": "review"})
+    assert (cfg.concurrency, cfg.environment, cfg.section) == (2, "review", None)
+    assert "(environment review: no such section, top level only)" in config.startup_line(cfg)
 
 
 @pytest.mark.parametrize("text, message", [

@@ -13,6 +13,7 @@ import queued
 from queued import config as config_mod
 from queued.keys import Keys
 from queued.cronspec import parse_cron, parse_every
+from queued.values import Invalid
 from queued.periodic import declared
 from queued.server import periodic as server_periodic
 from queued.server.periodic import LATE_LIMIT, Periodic
@@ -210,6 +211,173 @@ def test_a_ruby_sidekiq_cron_poller_that_took_the_tick_is_respected(r):
     assert pushed(r) == [1_700_000_302.0]
 
 
+# --- a master whose clock is wrong (issue 16.1.6) ---------------------------------------------
+
+def drive(masters, until, timeout=20.0) -> None:
+    """Every master looks again and again, as their loops would (real time: the ticks are
+    judged against Redis's clock), until ``until()``."""
+    from harness import wait_for
+    wait_for(lambda: [m.tick() for m in masters] and until(), timeout, interval=0.02,
+             what="the pushes")
+
+
+def contiguous(ticks: list[float]) -> bool:
+    return ticks == [ticks[0] + i for i in range(len(ticks))]
+
+
+def test_a_master_ten_minutes_fast_then_corrected_leaves_no_gap(r, caplog):
+    # Given the only master, its host's clock 10 minutes fast (and a correct clock to judge)
+    import socket
+    import time
+    skew = {"fast": 600.0}
+    fast = master(r, cfg(), lambda: time.time() + skew["fast"])
+    # When it runs: then it pushes the ticks of the true time, none ten minutes ahead (it
+    # claimed them, and after the correction no master pushed for ten minutes), and says
+    # once which host's clock is wrong
+    drive([fast], lambda: len(pushed(r)) >= 3)
+    assert all(t <= time.time() + 1 for t in pushed(r)), pushed(r)
+    warnings = [x for x in caplog.records if "clock" in x.getMessage()]
+    assert len(warnings) == 1 and socket.gethostname() in warnings[0].getMessage()
+    assert "600" in warnings[0].getMessage() or "599" in warnings[0].getMessage()
+    # When its clock is corrected, and a second master with a good clock joins
+    skew["fast"] = 0.0
+    good = master(r, cfg(), time.time)
+    seen = len(pushed(r))
+    drive([fast, good], lambda: len(pushed(r)) >= seen + 3)
+    # Then every tick from the first on was pushed once: no gap, no tick twice
+    assert contiguous(pushed(r)), pushed(r)
+    assert pushed(r)[-1] <= time.time() + 1
+
+
+def test_a_last_tick_recorded_ahead_of_redis_does_not_stop_the_pushes(r):
+    # Given a schedule whose last tick was claimed 10 minutes ahead (a fast master of an
+    # older version, before this one)
+    import time
+    good = master(r, cfg(), time.time)
+    good.tick()
+    r.hset("cron_job:beat", "queued_last_tick", repr(time.time() + 600))
+    # Then a master with a good clock pushes the ticks of now anyway
+    drive([good], lambda: len(pushed(r)) >= 2)
+    assert contiguous(pushed(r)) and pushed(r)[-1] <= time.time() + 1
+
+
+# --- through client middleware, an outage, a wrong-type queue, a failing schedule ---------------
+
+def two(**extra):
+    return config_mod.from_dict({"scheduler": {"schedule": {
+        "beat": {"cron": "* * * * * *", "class": "Beat", "queue": "beats"},
+        "skip": {"cron": "* * * * * *", "class": "Skip", "queue": "skips"}, **extra}}},
+        environ=NO_ENV)
+
+
+def test_periodic_jobs_go_through_client_middleware_which_may_change_or_cancel_them(r):
+    from queued.middleware import client_middleware
+
+    class Tag:
+        def __call__(self, job_class, msg, queue, call_next):
+            if msg["cron_name"] == "skip":
+                return None  # cancelled, as a push's middleware may
+            msg["tags"] = ["cron", job_class]
+            return call_next()
+
+    saved = client_middleware.snapshot()
+    client_middleware.add(Tag)
+    try:
+        clock = Clock(1_700_000_400.5)
+        run([master(r, two(), clock)], clock, clock.now, 2)
+    finally:
+        client_middleware.restore(saved)
+    # Then the pushed jobs carry what the middleware added, and the cancelled one is not
+    # pushed at all (nor recorded as pushed)
+    jobs = [json.loads(m) for m in reversed(r.lrange("queue:beats", 0, -1))]
+    assert [j["cron_tick"] for j in jobs] == [1_700_000_401.0, 1_700_000_402.0]
+    assert all(j["tags"] == ["cron", "Beat"] for j in jobs)
+    assert r.llen("queue:skips") == 0 and r.hget("cron_job:skip", "last_enqueue_time") is None
+
+
+def test_periodic_jobs_through_a_redis_outage_push_the_tick_due_when_it_is_back(tmp_path):
+    import redis as redis_lib
+    from faults.common import OwnRedis
+    server = OwnRedis()
+    server.start()
+    r = redis_lib.Redis.from_url(server.url, socket_timeout=1)
+    try:
+        clock = Clock(1_700_000_500.5)
+        m = master(r, cfg(), clock)
+        run([m], clock, clock.now, 1)
+        assert pushed(r) == [1_700_000_501.0]
+        # When Redis goes away: the tick fails with a Redis error (the master logs the outage
+        # once and backs off: server/periodic.RETRY)
+        server.shutdown()
+        clock.now = 1_700_000_503.2
+        with pytest.raises(redis_lib.ConnectionError):
+            m.tick()
+        m.backoff()
+        clock.now += 0.5
+        m.tick()  # (within the backoff: not even tried)
+        # When it is back, the tick due then is pushed, once (the ticks missed while it was
+        # away are not replayed: catch_up is off)
+        server.start()
+        clock.now = 1_700_000_505.3
+        m.tick()
+        m.tick()
+        assert pushed(r) == [1_700_000_501.0, 1_700_000_505.0]
+    finally:
+        r.close()
+        server.stop()
+
+
+def test_a_wrong_type_queue_key_holds_its_ticks_back_and_nothing_else(r, caplog):
+    clock = Clock(1_700_000_600.5)
+    m = master(r, two(), clock)
+    run([m], clock, clock.now, 1)
+    # When the beats queue key is overwritten with a string
+    r.set("queue:beats", "oops")
+    run([m], clock, clock.now, 2)
+    # Then its ticks are not pushed (nor claimed), the other schedule's are, and it is said
+    assert r.get("queue:beats") == b"oops"
+    assert [json.loads(x)["cron_tick"] for x in reversed(r.lrange("queue:skips", 0, -1))] == [
+        1_700_000_601.0, 1_700_000_602.0, 1_700_000_603.0]
+    assert "queue key queue:beats holds another Redis type" in caplog.text
+    assert float(r.hget("cron_job:beat", "queued_last_tick")) == 1_700_000_601.0
+    # And once it is fixed, the next tick is pushed
+    r.delete("queue:beats")
+    run([m], clock, clock.now, 1)
+    assert pushed(r) == [1_700_000_604.0]
+
+
+def test_a_schedule_that_fails_with_a_non_redis_error_stops_no_other(r, caplog, monkeypatch):
+    # Given one schedule whose job cannot be made (an error in queued or the job code) and a
+    # client middleware that raises on the other's
+    from queued.middleware import client_middleware
+    real = server_periodic.stamp
+
+    def stamp(template, name, *args, **kwargs):
+        if name == "skip":
+            raise RuntimeError("cannot make this job")
+        return real(template, name, *args, **kwargs)
+    monkeypatch.setattr(server_periodic, "stamp", stamp)
+
+    class Broken:
+        def __call__(self, job_class, msg, queue, call_next):
+            raise ValueError("middleware bug")
+
+    saved = client_middleware.snapshot()
+    client_middleware.add(Broken)
+    try:
+        clock = Clock(1_700_000_700.5)
+        run([master(r, two(), clock)], clock, clock.now, 2)  # (never raises to the loop)
+    finally:
+        client_middleware.restore(saved)
+    # Then the schedule the middleware failed on is pushed as it was, every tick; the other
+    # is logged every tick and pushes nothing (three offers each: the tick before the
+    # schedules existed is offered too, and not pushed)
+    assert pushed(r) == [1_700_000_701.0, 1_700_000_702.0]
+    assert caplog.text.count("client middleware raised on periodic job beat") == 3
+    assert caplog.text.count("schedule skip: its tick could not be pushed") == 3
+    assert r.llen("queue:skips") == 0
+
+
 # --- which schedules, and the refusal at boot ----------------------------------------------------
 
 @pytest.fixture
@@ -256,3 +424,42 @@ def test_an_unknown_class_is_refused_only_when_its_queue_is_served_here(tmp_path
         server_periodic.check(config_mod.load(["-C", str(path)], environ=NO_ENV))
     assert str(err.value).startswith(f"{path}: scheduler.schedule.ruby.class: 'RubyWorker' "
                                      "is not a job class of this process")
+
+
+# --- cron errors name the field and its range (issue 20)
+
+@pytest.mark.parametrize("expr, field", [
+    ("61 * * * *", "minute field '61': 61 is out of range, minute is 0-59"),
+    ("* 24 * * *", "hour field '24': 24 is out of range, hour is 0-23"),
+    ("0 0 0 * *", "day of month field '0': 0 is out of range, day of month is 1-31"),
+    ("0 0 1 13 *", "month field '13': 13 is out of range, month is 1-12"),
+    ("0 0 * * 1-8", "day of week field '1-8': 8 is out of range, day of week is 0-7"),
+    ("75 * * * * *", "second field '75': 75 is out of range, second is 0-59"),
+    ("*/0 * * * *", "minute field '*/0': a step of 0; */N needs N of 1 or more"),
+    ("0,5,99 * * * *", "minute field '0,5,99': 99 is out of range, minute is 0-59")])
+def test_a_cron_error_names_the_field_and_its_range(expr, field):
+    with pytest.raises(Invalid) as info:
+        parse_cron(expr)
+    assert str(info.value) == f"not a valid cron expression: {expr!r} ({field})"
+
+
+def test_a_cron_expression_with_the_wrong_number_of_fields_lists_them():
+    with pytest.raises(Invalid) as info:
+        parse_cron("0 3 * *")
+    assert str(info.value).startswith(
+        "not a valid cron expression: '0 3 * *' (it has 4 fields; cron takes 5, or 6 with "
+        "seconds first: [second] minute hour day-of-month month day-of-week (second 0-59")
+
+
+@pytest.mark.parametrize("expr", ["0 9 * * MON-FRI", "0 0 L * *", "0 0 1,15 * *",
+                                  "*/10 * * * * *", "@daily", "0 9 * * 1-5 Europe/Berlin"])
+def test_valid_cron_forms_still_parse(expr):
+    assert parse_cron(expr).kind == "cron"
+
+
+@pytest.mark.parametrize("timing, note", [
+    (lambda: parse_cron("0 9 * * *"), "in UTC, not the host's zone"),
+    (lambda: parse_cron("0 9 * * * Europe/Berlin"), "time zone Europe/Berlin"),
+    (lambda: parse_every("5m"), "every master aligned to the epoch")])
+def test_a_schedules_zone_note_for_the_startup_line_says_which_clock_it_follows(timing, note):
+    assert timing().zone_note() == note

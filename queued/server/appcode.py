@@ -41,12 +41,14 @@ log = logging.getLogger("queued")
 _QUEUED = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # queued/
 
 
-def load_app(requires, base_dir: str) -> None:
+def load_app(requires, base_dir: str, traced=()) -> None:
     """Import each ``-r`` target once, in the master, before any fork (so workers share the
     code copy-on-write). A file path, a package directory or a dotted module name; paths are
     relative to ``base_dir`` (the daemon passes the working directory, as Sidekiq resolves
     them), which also goes first on sys.path, as ``python -m`` puts it there. Two classes
-    under one job name are an error: which one would run depended on the import order."""
+    under one job name are an error: which one would run depended on the import order.
+    A target in ``traced`` (a Django app's jobs module, found rather than named) that fails
+    logs its traceback too: the one line does not say which of the app's imports broke."""
     if base_dir not in sys.path:
         sys.path.insert(0, base_dir)
     for target in requires:
@@ -57,7 +59,10 @@ def load_app(requires, base_dir: str) -> None:
         except BaseException as e:  # noqa: BLE001 - any error in job code is a load error
             if isinstance(e, KeyboardInterrupt):
                 raise
-            log.debug("loading %s failed", target, exc_info=True)
+            if target in traced:
+                log.error("loading %s failed", target, exc_info=True)
+            else:
+                log.debug("loading %s failed", target, exc_info=True)
             text = " ".join(f"{type(e).__name__}: {e}".split())  # one line, whatever e says
             raise AppLoadError(f"cannot load job code {target!r}: {text}"
                                f"{_where(e, base_dir)}") from None
@@ -139,15 +144,16 @@ class _Registries(NamedTuple):
 class AppCode:
     """This master's job code: ``load`` at boot, ``reload`` on HUP."""
 
-    def __init__(self, base_dir: str):
+    def __init__(self, base_dir: str, traced=()):
         self.base_dir = base_dir
+        self.traced = tuple(traced)  # targets whose failure logs its traceback (load_app)
         self.baseline = _Registries.capture()  # before any job code: queued's own entries
         self.path = list(sys.path)
         self.modules: set[str] = set()          # the application's modules, as loaded
 
     def load(self, requires: Sequence[str], serve_no_jobs: bool = False) -> None:
         before = set(sys.modules)
-        load_app(requires, self.base_dir)
+        load_app(requires, self.base_dir, self.traced)
         check_jobs(requires, serve_no_jobs)
         self.modules = _own(set(sys.modules) - before)
 
@@ -165,7 +171,7 @@ class AppCode:
         importlib.invalidate_caches()  # files added since the last import are found
         before = set(sys.modules)
         try:
-            load_app(requires, self.base_dir)
+            load_app(requires, self.base_dir, self.traced)
             check_jobs(requires, serve_no_jobs)
             if check is not None:
                 check()

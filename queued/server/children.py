@@ -21,6 +21,7 @@ import signal
 import time
 from typing import Callable, NamedTuple
 
+from .. import events
 from . import recovery
 from ..errors import WORKER_BOOT_ERROR
 from .slots import SlotTable, Watch, slot_count
@@ -133,6 +134,7 @@ class Children:
         self.table.reset(slot)
         processed = self.table.processed(slot)
         self.watch.clear(slot)  # its previous worker may have died while blocked
+        events.fire("before_fork")  # e.g. queued.django closes the master's DB connections
         old = signal.pthread_sigmask(signal.SIG_BLOCK, self.block_signals)
         try:
             pid = os.fork()

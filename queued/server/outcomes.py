@@ -195,6 +195,10 @@ class Outcomes:
         if self.notes.due(("key", target), LOG_INTERVAL):
             key = {"later": self.keys.schedule, "queue": self.keys.queue(queue)}.get(
                 kind, getattr(self.keys, target))
+            if task is not None and kind in ("drop", "dead"):
+                # (or the end would complete its task, whose callback queue is the bad key)
+                key = ", ".join(tracking.blocked_keys(self.ends.redis, self.keys,
+                                                      task.task_id) or [key])
             log.error("key %s holds another Redis type (WRONGTYPE): failed or released "
                       "jobs stay reserved until it is fixed (%d held by worker %d)",
                       key, count, self.slot)

@@ -210,7 +210,7 @@ def reap_expired(r: redis.Redis, keys: Keys) -> list[tuple[str, int]]:
 def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code: int,
            reason: str, running_jid: str = "", timeout: float = 0.0,
            running: Sequence[str] = (), culprits: dict[str, float] | None = None,
-           ignored: str = "SIGALRM") -> Settled:
+           ignored: str = "SIGALRM", app=None) -> Settled:
     """After a worker exited: everything its slot holds goes back to the head of its queue,
     except what the jobs it was running (``running``, or the one ``running_jid``) earned:
 
@@ -226,7 +226,8 @@ def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code
     - it stopped (shutdown, replaced, silent, exit): everything goes back as it was.
 
     Safe to call again after an error: it starts from what Redis holds. Raises Stuck (see
-    requeue_slot) and Redis errors."""
+    requeue_slot) and Redis errors. ``app``: where job classes and error handlers are looked
+    up (server/loader.py's AppView; the live registries by default)."""
     running = tuple(j for j in running if j) or ((running_jid,) if running_jid else ())
     if culprits is None:
         culprits = {jid: timeout for jid in running[:1]} if reason == "timeout" else {}
@@ -239,7 +240,8 @@ def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code
             if current is None:
                 continue
             hit, stuck, again = _settle_running(r, keys, identity, config, slot, current,
-                                                code, reason, culprits.get(jid, 0.0), ignored)
+                                                code, reason, culprits.get(jid, 0.0), ignored,
+                                                app)
             failed += hit
             if stuck is not None:
                 held.append(stuck)
@@ -272,7 +274,7 @@ def _suspects(r, keys, identity, config, slot, running: Sequence[str],
 
 
 def _settle_running(r, keys, identity, config, slot, current: Reservation, code: int,
-                    reason: str, timeout: float, ignored: str = "SIGALRM"):
+                    reason: str, timeout: float, ignored: str = "SIGALRM", app=None):
     """(1 if it failed else 0, held or None, payload to requeue it with or None)."""
     try:
         msg = codec.loads(current.payload)
@@ -293,7 +295,8 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
             return 0, None, codec.with_field(current.payload, msg, codec.CRASHES, crashes)
         exc = WorkerKilled(f"{msg['class']} killed its worker {crashes} times "
                            f"(last: {describe_status(code)}); sent to dead as a poison pill")
-    cls = registry.lookup(activejob.job_name(msg) if activejob.is_wrapped(msg) else msg["class"])
+    lookup = registry.lookup if app is None else app.lookup
+    cls = lookup(activejob.job_name(msg) if activejob.is_wrapped(msg) else msg["class"])
     if reason == "timeout":
         outcome = retry.decide(msg, exc, current.queue, job_class=cls,
                                max_retries=config.max_retries, backtrace_lines=[])
@@ -313,7 +316,8 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
         log.error("class=%s jid=%s %s -> %s", msg["class"], msg["jid"], exc, outcome.kind)
     else:
         return 0, None, None  # recovered by another master meanwhile: it runs there
-    events.report(exc, {"job": msg, "queue": current.queue, "outcome": outcome.kind})
+    (events.report if app is None else app.report)(
+        exc, {"job": msg, "queue": current.queue, "outcome": outcome.kind})
     return 1, held, None
 
 

@@ -34,8 +34,7 @@ from ..errors import JobTimeout, PayloadError, UnknownJobClass
 from .fetch import Reservation
 from ..job import registry
 from ..middleware import server_middleware
-from .outcomes import (BACKOFF_MAX, BACKOFF_START, HELD_RETRY, LOG_INTERVAL,  # noqa: F401
-                       Outcomes, call_hook)
+from .outcomes import Outcomes, call_hook
 from .timeout import job_timeout
 
 log = logging.getLogger("queued.worker")

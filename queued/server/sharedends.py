@@ -37,7 +37,7 @@ class SharedEnds:
         self.reserved_key = keys.reserved(identity, slot)
         self.dead_timeout = dead_timeout
         self.dead_max_jobs = dead_max_jobs
-        self.r = connection.make_redis(url, name=f"queued-worker-{slot}-jobs")
+        self.r = self.redis = connection.make_redis(url, name=f"queued-worker-{slot}-jobs")
         self.acks: collections.deque[bytes] = collections.deque()
         self.again: collections.deque[tuple] = collections.deque()  # (script, keys, args)
 

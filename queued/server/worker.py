@@ -28,12 +28,13 @@ import traceback
 import redis
 
 from . import log as logsetup
-from .. import client
+from .. import client, events
 from ..groups import Group
 from . import titles
 from .fetch import Fetcher, Reservation
 from .recycle import Recycler
-from .runner import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL, Runner, single_lane
+from .outcomes import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL
+from .runner import Runner, single_lane
 from .slots import Notes, SlotWriter, Watch
 
 log = logging.getLogger("queued.worker")
@@ -156,6 +157,13 @@ class Worker:
         why = self.recycler and self.recycler.check_start()
         if why and self.notes.due("rss at start", LOG_INTERVAL):
             log.error("worker %d: %s", self.slot, why)
+        # The application re-makes what must not cross a fork (events.py), before the first
+        # job. A worker of one job at a time runs its jobs in its one thread, so that thread
+        # starts here too; a worker of many fires thread_start in each thread that runs jobs
+        # (pool.py), and in this one before it first runs a job alone (dispatch.py).
+        events.fire("worker_start")
+        if not threaded:
+            events.fire("thread_start")
         self._announce_idle()  # wakes the master: this worker is up (systemd's READY waits)
 
     def _die_with_master(self) -> None:

@@ -216,3 +216,39 @@ def test_the_redis_mapping_in_the_file_is_used(redis_url, r, tmp_path, run):
     booted(d)
     runs_a_job(d, r)
     assert f"Redis {redis_url} from redis in the config file" in d.output()
+
+
+# --- a Rails app's sidekiq.yml with ERB (issue 20)
+
+RAILS_SIDEKIQ_ERB = """\
+:concurrency: <%= ENV.fetch("SIDEKIQ_CONCURRENCY", 1) %>
+:require: ./app/jobs.py
+:redis:
+  :url: <%= ENV.fetch("QUEUED_TEST_REDIS") %>
+production:
+  :tag: <%= ENV["APP_NAME"] || "shop" %>
+"""
+
+
+def test_a_rails_sidekiq_yml_with_erb_boots_with_the_environments_values(redis_url, r, tmp_path,
+                                                                          run):
+    # Given the ERB a Rails app writes, with its variables set in the unit's environment
+    root = make_app(tmp_path / "myapp", RAILS_SIDEKIQ_ERB)
+    d = run(redis_url, ("-C", "config/sidekiq.yml", "-e", "production"), root,
+            {"SIDEKIQ_CONCURRENCY": "3", "QUEUED_TEST_REDIS": redis_url})
+    # Then it runs 3 workers on that Redis, tagged with the default, and runs a job
+    booted(d)
+    wait_for(lambda: len(d.worker_pids()) == 3, 15, what="three workers")
+    info = json.loads(r.hget(d.identity(), "info"))
+    assert (info["concurrency"], info["tag"]) == (3, "shop")
+    runs_a_job(d, r)
+
+
+def test_erb_naming_an_unset_variable_stops_the_boot_with_one_line_and_exit_2(redis_url, tmp_path,
+                                                                               run):
+    root = make_app(tmp_path / "myapp", RAILS_SIDEKIQ_ERB)
+    d = run(redis_url, ("-C", "config/sidekiq.yml"), root, {})
+    assert d.proc.wait(20) == 2
+    assert one_line(d.output()) == (
+        'queued: config/sidekiq.yml: line 4: <%= ENV.fetch("QUEUED_TEST_REDIS") %>: the '
+        "environment variable QUEUED_TEST_REDIS is not set (ENV.fetch without a default needs it)")
