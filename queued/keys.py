@@ -116,6 +116,11 @@ class Keys:
     def scheduler_leader(self) -> str:  # string identity, PX TTL; scheduler.py
         return self.ns + "queued:scheduler-leader"
 
+    def snapshot(self, token: str) -> str:
+        """a copy of a job set or a queue that one bulk action walks (admin/snapshot.py
+        writes it with COPY, gives it a TTL and unlinks it when done)."""
+        return f"{self.ns}queued:snapshot:{token}"
+
     # --- periodic jobs: sidekiq-cron 1.x's layout (the one beside Sidekiq 6.4), so its Web UI
     # tab shows queued's schedules; not under queued: for that reason -----------------------
     @property

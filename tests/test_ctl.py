@@ -401,6 +401,8 @@ def test_an_unreachable_redis_is_exit_3_and_one_line(args):
 
 
 def test_where_redis_comes_from(r, redis_url, tmp_path):
+    # The daemon's rule (config.choose_redis): --redis, else $REDIS_URL, else the file's
+    # redis_url, else the default; the namespace from --namespace, else the file
     from conftest import free_port
     nowhere = f"redis://127.0.0.1:{free_port()}/0"
     r.set("ns:stat:processed", 5)
@@ -408,23 +410,55 @@ def test_where_redis_comes_from(r, redis_url, tmp_path):
     r.set("stat:processed", 7)
     conf = tmp_path / "sidekiq.yml"
     conf.write_text(f"redis_url: {redis_url}\nnamespace: ns\nproduction:\n  namespace: prod\n")
-    # -C: the file's Redis and namespace win over $REDIS_URL; -e picks a section
-    env = {"REDIS_URL": nowhere}
-    assert ctl_json("stats", "-C", str(conf), env=env)["processed"] == 5
-    assert ctl_json("-C", str(conf), "-e", "production", "stats", env=env)["processed"] == 6
-    assert ctl_json("stats", "-C", str(conf), "--namespace", "", env=env)["processed"] == 5
-    # --redis wins over the file's URL, keeping its namespace
-    assert ctl(*"stats --json --timeout 2 -C".split(), str(conf), url=nowhere).returncode == 3
+    # -C: the file's Redis and namespace; -e picks a section
+    assert ctl_json("stats", "-C", str(conf))["processed"] == 5
+    assert ctl_json("-C", str(conf), "-e", "production", "stats")["processed"] == 6
+    assert ctl_json("stats", "-C", str(conf), "--namespace", "")["processed"] == 5
+    # $REDIS_URL wins over the file's URL (as for the daemon), the file's namespace kept
+    assert ctl(*"stats --json --timeout 2 -C".split(), str(conf),
+               env={"REDIS_URL": nowhere}).returncode == 3
+    bad_file = tmp_path / "elsewhere.yml"
+    bad_file.write_text(f"redis_url: {nowhere}\nnamespace: ns\n")
+    assert ctl_json("stats", "-C", str(bad_file), env={"REDIS_URL": redis_url})[
+        "processed"] == 5
+    # --redis (or --redis-url) wins over both
+    assert ctl(*"stats --json --timeout 2 -C".split(), str(conf), url=nowhere,
+               env={"REDIS_URL": redis_url}).returncode == 3
+    assert ctl_json("stats", "--redis-url", redis_url, "-C", str(bad_file),
+                    env={"REDIS_URL": nowhere})["processed"] == 5
     # a file naming no Redis: $REDIS_URL; no file: $REDIS_URL
     bare = tmp_path / "bare.yml"
     bare.write_text("concurrency: 2\n")
     assert ctl_json("stats", "-C", str(bare), env={"REDIS_URL": redis_url})["processed"] == 7
     assert ctl_json("stats", env={"REDIS_URL": redis_url})["processed"] == 7
-    # without -C or $REDIS_URL, config/sidekiq.yml in the working directory, as for queued
+    # without -C, config/sidekiq.yml in the working directory, as for queued
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "sidekiq.yml").write_text(f"redis_url: {redis_url}\n"
                                                      "namespace: ns\n")
     assert ctl_json("stats", cwd=str(tmp_path))["processed"] == 5
+
+
+def test_queuedctl_and_the_daemon_pick_redis_by_the_same_function(tmp_path, monkeypatch):
+    # Every combination of flag, environment and file gives both the same URL and namespace
+    import argparse
+    from queued import config
+    from queued.admin.ctl import redis_target
+    monkeypatch.chdir(tmp_path)
+    files = {"none": None, "url": "redis_url: redis://file:6379/1\nnamespace: f\n",
+             "bare": "namespace: b\n", "redis": "redis: {url: 'redis://map:6379/2'}\n"}
+    for label, text in files.items():
+        path = None
+        if text is not None:
+            path = tmp_path / f"{label}.yml"
+            path.write_text(text)
+        for flag in (None, "redis://flag:6379/3"):
+            for env in ({}, {"REDIS_URL": "redis://env:6379/4"}):
+                daemon_cfg = config.from_args(argparse.Namespace(
+                    config_file=str(path) if path else None, redis_url=flag), env)
+                ctl_target = redis_target(argparse.Namespace(
+                    config=str(path) if path else None, redis=flag), env)
+                assert (ctl_target.url, ctl_target.namespace) == (
+                    daemon_cfg.redis_url, daemon_cfg.namespace), (label, flag, env)
 
 
 @pytest.mark.parametrize("content, message", [
@@ -450,7 +484,7 @@ def test_without_rich_tables_say_how_to_get_them_and_the_rest_works(full, redis_
     for args in (["stats"], ["jobs", "dead"], ["processes"]):
         proc = ctl(*args, url=redis_url, env=env)
         assert (proc.returncode, proc.stdout) == (2, "")
-        assert proc.stderr == ("queuedctl: tables need rich: pip install 'queued[admin]' "
+        assert proc.stderr == ("queuedctl: tables need rich: pip install 'queued-jobs[admin]' "
                                "(or use --json)\n")
     assert ctl_json("stats", url=redis_url, env=env)["dead"] == 3
     assert ctl("ping", url=redis_url, env=env).returncode == 0

@@ -24,12 +24,13 @@ import redis as redis_lib
 from ..connection import make_redis
 from ..keys import Keys
 from ..payload import job_class_name
+from .deadlimits import DeadLimits
 from .entries import Entry, Filter
 from .jobsets import JobSet
 from .queues import Queue, latency_of
 
 __all__ = ["Admin", "Stats", "Process", "Running", "Queue", "QueueSummary", "JobSet", "Entry",
-           "Filter"]
+           "Filter", "DeadLimits"]
 
 #: A remote signal left unread for this long is dropped (Sidekiq's EXPIRE on the list).
 SIGNAL_TTL = 60
@@ -39,15 +40,17 @@ class Admin:
     """A handle on one Redis (and namespace) holding Sidekiq-format jobs."""
 
     def __init__(self, redis: redis_lib.Redis | None = None, *, url: str | None = None,
-                 namespace: str | None = None):
+                 namespace: str | None = None, dead_limits: DeadLimits | None = None):
+        """``dead_limits``: how many dead jobs to keep, and how long, when this API kills a
+        job and no live daemon publishes its own bounds (else Sidekiq's: deadlimits.py)."""
         if redis is None:
             redis = make_redis(url or os.environ.get("REDIS_URL") or
                                "redis://127.0.0.1:6379/0", name="queued-admin")
         self.r = redis
         self.keys = Keys(namespace)
-        self.scheduled = JobSet(redis, self.keys, "schedule")
-        self.retries = JobSet(redis, self.keys, "retry")
-        self.dead = JobSet(redis, self.keys, "dead")
+        self.scheduled = JobSet(redis, self.keys, "schedule", dead_limits)
+        self.retries = JobSet(redis, self.keys, "retry", dead_limits)
+        self.dead = JobSet(redis, self.keys, "dead", dead_limits)
 
     def jobset(self, name: str) -> JobSet:
         """``scheduled``/``schedule``, ``retry``/``retries`` or ``dead`` by name."""

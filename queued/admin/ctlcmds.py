@@ -18,6 +18,7 @@ from typing import Callable
 import redis as redis_lib
 
 from .api import Admin
+from .deadlimits import DeadLimits
 from . import ctlout as out
 
 
@@ -47,9 +48,11 @@ class Context:
     ``version`` never touches Redis), the masked URL for messages, and one "now" for every
     time shown."""
 
-    def __init__(self, client: redis_lib.Redis, namespace: str | None, where: str, source: str):
+    def __init__(self, client: redis_lib.Redis, namespace: str | None, where: str, source: str,
+                 dead_limits: DeadLimits | None = None):
         self.client = client
         self.namespace = namespace
+        self.dead_limits = dead_limits
         self.where = where + (f" (namespace {namespace})" if namespace else "")
         self.source = source
         self.now = time.time()
@@ -58,7 +61,8 @@ class Context:
     @property
     def admin(self) -> Admin:
         if self._admin is None:
-            self._admin = Admin(self.client, namespace=self.namespace)
+            self._admin = Admin(self.client, namespace=self.namespace,
+                                dead_limits=self.dead_limits)
         return self._admin
 
 

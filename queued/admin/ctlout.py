@@ -1,7 +1,7 @@
 """How ``queuedctl`` shows things: one JSON document for scripts, ``rich`` tables for people,
 a progress bar on stderr for bulk actions, times people read ("3m ago", "1.2 s").
 
-``rich`` is an optional extra (``queued[admin]``) so a worker host stays lean: it is imported
+``rich`` is an optional extra (``queued-jobs[admin]``) so a worker host stays lean: it is imported
 only when a table or a progress bar is drawn, and ``--json``, ``ping`` and the one-line
 commands work without it.
 """
@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any, Callable, Iterable, Sequence
 
-INSTALL_HINT = "queuedctl: tables need rich: pip install 'queued[admin]' (or use --json)"
+INSTALL_HINT = "queuedctl: tables need rich: pip install 'queued-jobs[admin]' (or use --json)"
 
 
 class NeedRich(Exception):

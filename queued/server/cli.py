@@ -67,7 +67,7 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
     except _FileError as e:
         return _fail(str(e), EXIT_CONFIG_ERROR)
     try:
-        return _boot(args, cfg, early)
+        return _boot(args, cfg, early, django)
     finally:
         _remove_pidfile(cfg)
 
@@ -108,7 +108,7 @@ def _remove_pidfile(cfg) -> None:
             pass
 
 
-def _boot(args, cfg, early: list[int]) -> int:
+def _boot(args, cfg, early: list[int], django=None) -> int:
     # Taken out of the environment before anything is started (the embedded redis-server,
     # the job code, workers): only the master speaks to systemd.
     notifier = Notifier.from_environ()

@@ -95,6 +95,9 @@ class Heartbeat:
                        for g in config.worker_groups],
             "queues": list(config.queue_names), "labels": list(config.labels),
             "identity": self.identity, "version": __version__,
+            # the dead set's bounds, so the operator's tools trim dead as the daemons do
+            "dead_max_jobs": config.dead_max_jobs,
+            "dead_timeout_in_seconds": config.dead_timeout_in_seconds,
         }, separators=(",", ":"))
 
     def _counts(self, views: Sequence[SlotView]) -> tuple[int, int]:

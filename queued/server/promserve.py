@@ -40,7 +40,7 @@ def _require_client(config):
     except ImportError:
         raise ConfigError(f"{config.config_file or 'the configuration'}: metrics: serving "
                           "Prometheus needs the prometheus_client package, which is not "
-                          "installed (pip install 'queued[metrics]'), or remove metrics:"
+                          "installed (pip install 'queued-jobs[metrics]'), or remove metrics:"
                           ) from None
     return core
 

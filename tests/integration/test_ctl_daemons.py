@@ -158,3 +158,56 @@ def test_remote_quiet_dump_and_stop(daemon, producer, r):
     assert ctl_json("processes", url=url) == []
     assert ctl("ping", "--queue", "default", url=url).returncode == 1
     assert ctl_json("stats", url=url)["enqueued"] == 1
+
+
+def test_a_kill_keeps_as_many_dead_jobs_as_the_daemons_keep(daemon, r):
+    # Given a daemon told to keep 20,000 dead jobs for 400 days, 12,000 dead jobs (some
+    # older than Sidekiq's 180 days) and one job in retry
+    d = daemon(concurrency=1, dead_max_jobs=20_000, dead_timeout_in_seconds=400 * 86400)
+    wait_for(lambda: "dead_max_jobs" in r.hget(d.identity(), "info").decode(), 10,
+             what="the daemon to publish its dead-set bounds")
+    now = time.time()
+    r.zadd("dead", {json.dumps({"class": "Record", "args": [i], "jid": f"{i:024x}",
+                                "queue": "default"}): now - (i % 300) * 86400 - 1
+                    for i in range(12_000)})
+    r.zadd("retry", {json.dumps({"class": "Record", "args": ["k"], "jid": "k" * 24,
+                                 "queue": "default", "retry_count": 1}): now + 3600})
+    # When queuedctl kills it to dead
+    assert ctl_json("kill", "retry", "--all", url=d.redis_url)["done"] == 1
+    # Then dead keeps every job the daemon would keep: none trimmed
+    assert r.zcard("dead") == 12_001
+    assert d.stop() == 0
+
+
+def test_the_kubernetes_probe_recipe_reports_a_healthy_pod_live(redis_url, tmp_path, r):
+    # Given a pod as docs/queuedctl.md's recipe runs one: REDIS_URL in its environment (how a
+    # pod is given its Redis), and an image whose config/sidekiq.yml names another Redis
+    # (database 5 here: a Redis nobody runs on)
+    from harness import HERE, Daemon
+    other = redis_url.rsplit("/", 1)[0] + "/5"
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "sidekiq.yml").write_text(
+        f"redis_url: {other}\nconcurrency: 1\nheartbeat_interval: 0.5\n"
+        f"require: [{HERE}/jobs.py]\nproduction:\n  tag: pod\n")
+    pod = {"REDIS_URL": redis_url}
+    d = Daemon(redis_url, tmp_path, args=("-C", "config/sidekiq.yml", "-e", "production"),
+               cwd=tmp_path, env=pod)
+    try:
+        d.start()
+        # the daemon works on the environment's Redis
+        assert r.sismember("processes", d.identity())
+        # When the recipe's probes run in the pod, exactly as written
+        liveness = ["-C", "config/sidekiq.yml", "-e", "production", "ping", "--local",
+                    "--timeout", "2"]
+        readiness = ["-C", "config/sidekiq.yml", "-e", "production", "ping", "--local",
+                     "--queue", "default", "--timeout", "2"]
+        for probe in (liveness, readiness):
+            done = ctl(*probe, env=pod, cwd=str(tmp_path))
+            # Then they find the live daemon: exit 0, silent
+            assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), probe
+        # and queuedctl reads the Redis the daemon uses, by the same rule
+        assert ctl_json("-C", "config/sidekiq.yml", "-e", "production", "processes",
+                        env=pod, cwd=str(tmp_path))[0]["identity"] == d.identity()
+        assert d.stop() == 0
+    finally:
+        d.cleanup()

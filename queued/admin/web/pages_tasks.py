@@ -9,7 +9,7 @@ from starlette.routing import Route
 
 from ...keys import TASK_STATES
 from ...task import Task
-from .render import PAGE_SIZE, int_param, pager, render, web_of
+from .render import PAGE_SIZE, int_param, pager, path_param, render, web_of
 
 TASKS_PER_PAGE = 25
 
@@ -34,7 +34,7 @@ def tasks(request: Request):
 
 def task(request: Request):
     web = web_of(request)
-    t = Task.find(request.path_params["tid"], web.client)
+    t = Task.find(path_param(request, "tid"), web.client)
     if t is None:
         raise HTTPException(404, "no such task (never made, or expired)")
     progress = summary(t)
@@ -62,4 +62,5 @@ def _first_state(p: dict) -> str:
     return "finished" if p["finished"] else "enqueued"
 
 
-routes = [Route("/tasks", tasks, name="tasks"), Route("/tasks/{tid}", task, name="task")]
+routes = [Route("/tasks", tasks, name="tasks"),
+          Route("/tasks/{tid:queued_name}", task, name="task")]
