@@ -22,6 +22,7 @@ the master forks each group's workers (children.py).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from .redisopts import _subkeys
@@ -118,3 +119,23 @@ def check(top_level, explicit: bool, groups: tuple[Group, ...]):
                               f"{owner[name]}.queues")
         return top_level
     return tuple(q for q in top_level if q[0] not in owner)
+
+
+def shape_lines(config) -> list[str]:
+    """What the master says at start about its shape: processes x threads (each group's, and
+    the total), and a hint when many processes would serve better as threads (a process per
+    job costs memory; jobs that wait need no core of their own)."""
+    groups = config.worker_groups
+    if len(groups) == 1 and not groups[0].name:
+        lines = [groups[0].shape()]
+    else:
+        lines = [f"{g.label} ({', '.join(g.queue_names)}): {g.shape()}" for g in groups]
+        lines.append(f"{config.jobs_at_once} jobs at once in {config.process_count} processes")
+    cores = os.cpu_count() or 1
+    for g in groups:
+        if g.threads == 1 and g.concurrency > 2 * cores:
+            lines.append(f"{g.label}: concurrency {g.concurrency} is far above this host's "
+                         f"{cores} cores: each job at once costs a whole process; for jobs "
+                         f"that wait (HTTP, databases, mail) try concurrency {cores} with "
+                         f"threads {max(2, -(-g.concurrency // cores))} (docs/migrating.md)")
+    return lines

@@ -1,9 +1,12 @@
 """The master's worker processes: fork, reap, respawn with backoff, and the kills.
 
-Owns the record of each live worker (pid -> slot) and which slots are free; classifies how a
-worker ended (a plain exit between jobs, a crash, a kill the master decided) and which job it
-was running; kills the workers whose job ran past its timeout + grace (after asking them for
-their stack), the idle ones gone silent, and everyone left at the shutdown deadline.
+Owns the record of each live worker (pid -> slot, and its queue group: groups.py) and which
+slots are free; classifies how a worker ended (a plain exit between jobs, a crash, a kill the
+master decided) and which jobs it was running (one, or one per busy lane of a worker of many
+jobs at once); kills the workers with a job past its timeout + grace (after asking them for
+their stack; the jobs past it are the culprits, the others running bystanders, and a job the
+worker's event loop is stuck in is the culprit of the async jobs that waited on it), the idle
+ones gone silent, and everyone left at the shutdown deadline.
 
 A master has one slot more than it has workers (slots.slot_count): a worker being replaced (a
 rolling restart, rolling.py) is marked ``leaving``, which makes room for its successor in the

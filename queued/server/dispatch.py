@@ -103,7 +103,7 @@ class Dispatcher:
         self._final_flush()
 
     def _cycle(self) -> None:
-        self._collect(0.0)
+        self._collect()
         self.runner.write_held()
         self.ends.run_again()
         self._tick()
@@ -118,7 +118,9 @@ class Dispatcher:
             self.fetcher.flush()
             self._run_solo(*self.solos.pop(0))
             return
-        self._start(self.extra)
+        if self.extra:
+            extra, self.extra = self.extra, []
+            self._start(extra)
         free = self.pool.free - len(self.extra)
         if free <= 0:
             self._flush()
@@ -149,11 +151,9 @@ class Dispatcher:
     def _start(self, jobs: list) -> None:
         """Hand reserved jobs to free lanes, in order; those that must run alone wait for an
         empty pool, those beyond the free lanes for the next free one."""
-        pending = list(jobs)
-        jobs[:] = [] if jobs is self.extra else jobs
-        for i, res in enumerate(pending):
+        for i, res in enumerate(jobs):
             if not self.pool.free:
-                self.extra[:] = pending[i:]
+                self.extra = jobs[i:]
                 return
             msg = self.runner.parse(res, self.header)
             if msg is None:
@@ -193,9 +193,9 @@ class Dispatcher:
         except queue.Empty:
             return
         self._handle(item)
-        self._collect(0.0)
+        self._collect()
 
-    def _collect(self, timeout: float) -> None:
+    def _collect(self) -> None:
         while True:
             try:
                 item = self.inbox.get_nowait()

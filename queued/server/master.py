@@ -39,7 +39,8 @@ from .children import Children
 from .exits import Exits
 from .giveback import GiveBack
 from .rolling import Rollout
-from .worker import Worker, note_labels, shape_lines
+from ..groups import shape_lines
+from .worker import Worker, note_labels
 
 log = logging.getLogger("queued.master")
 
