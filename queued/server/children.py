@@ -256,7 +256,7 @@ class Children:
             elif late:
                 self._past_timeout(rec, late, views, now)
                 continue
-            elif not v.busy and now - v.tick > self.silent_limit and \
+            elif not any(j.busy for j in views) and now - v.tick > self.silent_limit and \
                     now - rec.spawned > self.silent_limit:
                 rec.kill_reason = "silent"
                 log.error("worker %d pid=%d silent for %.0fs; killing it", rec.slot, rec.pid,
