@@ -28,14 +28,15 @@ from ..connection import client_from_url
 from ..errors import ConfigError
 from ..redisopts import DEFAULT_REDIS_URL, mask_url
 from ..settings import DEFAULT_CONFIG_FILE
-from . import cron, ctlcmds, ctljobs, ctlprocs, ctltasks, ctlweb
+from . import cron, ctlcmds, ctljobs, ctloncall, ctlprocs, ctltasks, ctlweb
+from . import ctlout as out
 from .ctlout import INSTALL_HINT, NeedRich, require_rich
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 #: In the order of --help.
-COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctltasks.COMMANDS, *ctlprocs.COMMANDS,
-            *cron.COMMANDS, *ctlweb.COMMANDS]
+COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctloncall.COMMANDS, *ctltasks.COMMANDS,
+            *ctlprocs.COMMANDS, *cron.COMMANDS, *ctlweb.COMMANDS]
 
 DESCRIPTION = """\
 Look after the jobs and processes of queued (and Sidekiq) on one Redis: stats, queues,
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-V", "--version", action="version",
                         version=f"queuedctl (queued) {__version__}")
     _connection_options(parser)
+    ctlcmds.json_flag(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for spec in COMMANDS:
         sub = commands.add_parser(
@@ -171,6 +173,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             (args.parser if hasattr(args, "parser") else parser).error(
                 f"unrecognized arguments: {' '.join(extra)}")
         args.jids = [*args.jids, *extra]
+    args.format = getattr(args, "format", None) or out.default_format()
+    args.json = args.format == "json"
+    out.use_format(args.format)
     return args
 
 
@@ -180,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     url = None
     try:
         spec.check(args)
-        if spec.tables and not getattr(args, "json", False):
+        if spec.tables and args.format == "table":
             require_rich()
         url, namespace, source = redis_target(args)
         client = connect(url, source, getattr(args, "timeout", 5.0))
@@ -190,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         args.parser.error(str(e))  # exits 2 with the usage line
     except ctlcmds.Unhealthy as e:
         return _fail(str(e), EXIT_UNHEALTHY)
+    except ctlcmds.NeedYes as e:
+        return _fail(str(e), EXIT_USAGE)
     except NeedRich:
         return _fail(INSTALL_HINT.removeprefix("queuedctl: "), EXIT_USAGE)
     except ConfigError as e:
