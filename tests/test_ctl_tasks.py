@@ -277,3 +277,19 @@ def test_the_cli_and_the_dashboard_show_the_same_numbers(producer, r, redis_url)
         assert 'data-percent="99"' in web.get(f"/tasks/{task.id}").text
     status, drawn = in_terminal(["task", task.id], b"", redis_url)
     assert "199/200 final  99 %  running" in drawn
+
+
+def test_a_rails_job_of_a_task_shows_under_its_own_class(producer, r, redis_url):
+    # Given a task whose job was pushed by Rails (ActiveJob's wrapper), failed for good
+    task = Task("rails")
+    task.create()
+    jid = "a" * 24
+    record = tracking.record_json({"class": "ActiveJob::QueueAdapters::SidekiqAdapter::"
+                                            "JobWrapper", "wrapped": "ReportJob",
+                                   "args": [{"job_class": "ReportJob"}]}, "default")
+    assert tracking.mark(r, KEYS, Move(task.id, jid, "failed", tracking.error_json(
+        "JobFailed", "no", final=True)), record)
+    # Then the CLI (and queued.Task) name it by its class, not Rails' wrapper
+    (failure,) = ctl_json("task", task.id, url=redis_url)["failures"]
+    assert failure["class"] == "ReportJob"
+    assert task.job(jid)["class"] == "ReportJob"
