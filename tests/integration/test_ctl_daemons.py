@@ -211,3 +211,34 @@ def test_on_call_with_a_live_daemon(daemon, producer, r):
     trace = said.split("backtrace (retry), innermost first:\n")[1].splitlines()
     assert "jobs.py" in trace[0] and trace[0].endswith("in `perform'") and len(trace) <= 20
     assert d.stop() == 0
+
+
+def test_task_watch_follows_a_daemon_through_a_retry(daemon, producer, r):
+    # Given a daemon and a task of 3 jobs, one of which fails once and is retried (1-10 s on)
+    import re
+    from queued.task import Task
+    import taskjobs
+    d = daemon(concurrency=2, require=("taskjobs.py",))
+    task = Task("deploy 8")
+    with task:
+        taskjobs.TOk.perform_async(1)
+        taskjobs.TOk.perform_async(2)
+        taskjobs.TFlaky.perform_async(3)
+    # When a deploy script watches it (stdout a pipe, a line every half second)
+    proc = subprocess.Popen([sys.executable, "-m", "queued.admin.ctl", "--redis", d.redis_url,
+                             "task", task.id, "--watch", "--every", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ctl_env(), cwd=ROOT)
+    stdout, stderr = proc.communicate(timeout=60)
+    # Then it ends with the task, exit 0, having said on the way that a job waited for its
+    # retry and when that was due
+    assert (proc.returncode, stderr) == (0, "")
+    lines = [line for line in stdout.splitlines() if re.match(r"\d\d:\d\d:\d\dZ ", line)]
+    # (the last moment, moved from retry to its queue by the scheduler, it may be "1
+    # retrying" in its task with no retry due)
+    waiting = [line for line in lines if "1 retrying" in line]
+    assert any(re.search(r"; next retry (in \d+s|now) \(\S+Z\)$", line)
+               for line in waiting), lines
+    assert re.search(r" succeeded: 3/3 final \(100 %\): 0 enqueued, 0 working, 3 finished, "
+                     r"0 failed, 0 retrying, 0 error; [\d.]+ jobs/s$", lines[-1]), lines
+    assert d.stop() == 0
