@@ -16,12 +16,20 @@ CLASSES = ["Billing::InvoiceJob", "Billing::RefundJob", "Mailer::Deliver", "app.
     ("billing::invoicejob", ["Billing::InvoiceJob"]),    # the case
     ("InvoiceJob", ["Billing::InvoiceJob"]),             # without its Ruby module
     ("Resize", ["app.jobs.Resize"]),                     # without its Python module
+    ("Reportjbo", ["ReportJob"]),                        # two letters swapped
+    ("ReprtJob", ["ReportJob"]),                         # one missing
     ("Billing::RefundJob", []),                          # (itself is not a suggestion)
     ("Sync::Shop", []),                                  # nothing near
     ("", []),
 ])
 def test_near(name, expected):
     assert near(name, CLASSES) == expected
+
+
+def test_a_short_name_is_near_at_one_typo():
+    assert near("lwo", ["low", "default"]) == ["low"]
+    assert near("defualt", ["default", "reports"]) == ["default"]
+    assert near("hig", ["high", "low"]) == ["high"]
 
 
 def test_did_you_mean_joins_several_and_stops_at_three():

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..payload import CRASHES, dumps
+from .tracebacks import job_frames
 
 log = logging.getLogger(__name__)
 
@@ -277,10 +278,16 @@ def _write_failure_fields(msg: dict, exc: BaseException, queue: str, now: float,
 
 
 def _default_backtrace(msg: dict, exc: BaseException, backtrace_lines: list[str] | None) -> None:
-    """A job that says nothing about backtraces: the first DEFAULT_BACKTRACE_LINES lines, each
-    cut to DEFAULT_BACKTRACE_CHARS; nothing when there are none (an exception never raised,
-    a job failed by the master), so such a member stays Sidekiq's to the byte."""
-    lines = list(backtrace_lines) if backtrace_lines is not None else ruby_backtrace(exc)
+    """A job that says nothing about backtraces: the first DEFAULT_BACKTRACE_LINES lines of
+    the job's own frames (as the log shows them: without queued's frames around the job and
+    the alarm handler's), each cut to DEFAULT_BACKTRACE_CHARS; nothing when there are none (an
+    exception never raised, a job failed by the master), so such a member stays Sidekiq's to
+    the byte."""
+    if backtrace_lines is not None:
+        lines = list(backtrace_lines)
+    else:
+        lines = [f"{f.filename}:{f.lineno}:in `{f.name}'"
+                 for f in reversed(job_frames(exc.__traceback__))]
     if lines:
         msg["error_backtrace"] = compress_backtrace(
             [line[:DEFAULT_BACKTRACE_CHARS] for line in lines[:DEFAULT_BACKTRACE_LINES]])

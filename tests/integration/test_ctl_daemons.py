@@ -209,6 +209,8 @@ def test_on_call_with_a_live_daemon(daemon, producer, r):
     assert (rails["where"], rails["job"]["class"]) == ("retry", "Fail")
     said = ok("find", failed_plain, "--backtrace", url=url)
     trace = said.split("backtrace (retry), innermost first:\n")[1].splitlines()
+    # (the job's own frames, as its log line shows them: none of queued's around it)
+    assert trace == [line for line in trace if "queued/server" not in line] and trace
     assert "jobs.py" in trace[0] and trace[0].endswith("in `perform'") and len(trace) <= 20
     assert d.stop() == 0
 
