@@ -81,7 +81,7 @@ def warn(text: str) -> None:
 # --- tables -------------------------------------------------------------------------------------
 
 #: Columns of ids: never wrapped (a jid cut in two cannot be copied); others fold instead.
-WHOLE = ("JID", "Identity", "Process")
+WHOLE = ("JID", "ID", "Identity", "Process")
 
 
 def console():

@@ -113,6 +113,8 @@ class _Watch:
     def pace_text(self, s: dict, now: float) -> str:
         rate = self.pace.rate()
         eta = self.pace.eta(s["total"] - s["final"])
+        if eta is not None and self.retry_at is not None:
+            eta = max(eta, self.retry_at - now)  # (not done before that retry has run)
         text = "rate -" if rate is None else f"{rate:.1f} jobs/s"
         if not s["complete"]:
             text += f", ETA {out.duration(eta) if eta is not None else '-'}"
