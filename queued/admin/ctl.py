@@ -1,10 +1,11 @@
 """``queuedctl``: the operator's command, over ``queued.api``. The command line and where Redis
-is are here; the commands are in ctlcmds.py (numbers, queues), ctljobs.py (jobs) and
-ctltasks.py (tasks), ctlprocs.py (processes, ping), how they show things in ctlout.py.
+is are here; the commands are in ctlcmds.py (numbers, queues), ctljobs.py (jobs), ctloncall.py
+(errors, find), ctltasks.py (tasks), ctlprocs.py (processes, ping), how they show things in
+ctlout.py (and ctltext.py off a terminal).
 
 Exit status (DESIGN.md's contract): 0 done; 1 the thing asked about is unhealthy or absent (a
-jid not found, no such process, ping failed); 2 usage or config error (argparse's own, a bad
-config file, a missing confirmation); 3 Redis unreachable. Every error is one line on stderr,
+jid not found, no such process or queue, ping failed); 2 usage or config error (argparse's
+own, a bad config file, a question that cannot be asked without --yes); 3 Redis unreachable. Every error is one line on stderr,
 never a traceback.
 
 Redis: ``--redis URL``, else ``-C CONFIG`` (its redis_url or ``:redis:`` mapping, its namespace,
@@ -40,13 +41,17 @@ COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctloncall.COMMANDS, *ctltasks
 
 DESCRIPTION = """\
 Look after the jobs and processes of queued (and Sidekiq) on one Redis: stats, queues,
-the scheduled/retry/dead sets, tasks, periodic jobs, running processes; retry, delete or kill
-jobs in bulk; pause queues; quiet, stop or dump processes; a health probe."""
+the scheduled/retry/dead sets, what is failing (errors), where a job is (find), tasks,
+periodic jobs, running processes; retry, delete or kill jobs in bulk; pause queues; quiet,
+stop or dump processes; a health probe."""
 
 EPILOG = """\
 Redis: --redis URL, else -C CONFIG (its redis_url or :redis:, and namespace), else $REDIS_URL,
 else config/sidekiq.yml if there is one, else redis://127.0.0.1:6379/0.
-Options such as --redis and -C may come before or after the command.
+Options such as --redis, -C, --json and --format may come before or after the command.
+
+output: tables on a terminal; off one (a pipe, a file) one line per row, nothing cut, so
+grep and wc -l work; --json or --format tsv for scripts.
 
 exit status: 0 done; 1 what was asked about is unhealthy or absent; 2 usage or config
 error; 3 Redis unreachable.
@@ -54,8 +59,10 @@ error; 3 Redis unreachable.
 examples:
   queuedctl stats
   queuedctl -C config/sidekiq.yml queues --json
+  queuedctl errors dead               # what is failing, the largest groups first
+  queuedctl find 0123456789abcdef01234567
   queuedctl jobs dead --class Billing::InvoiceJob --error Timeout
-  queuedctl retry dead --class Billing::InvoiceJob --all
+  queuedctl retry dead --class Billing::InvoiceJob --all --yes
   queuedctl task 5f0c...e1 --watch    # a task's progress bar, live
   queuedctl ping --queue default      # a Kubernetes probe: silent, exit 0 when healthy
 Each command has its own --help."""

@@ -249,21 +249,24 @@ COMMANDS = [
     Command("retry", "enqueue jobs of a set now (on dead: Beanstalkd's kick)",
             _run_action("retry"), _action_arguments, check=_check_action("retry"),
             description="Push jobs of scheduled, retry or dead onto their queues now. "
-            "Filters apply first; --all acts on every match. Each job is moved "
-            "atomically and only if it is still there, so nothing runs twice when a "
-            "worker, the scheduler or another queuedctl acts on the same jobs.",
+            "Filters apply first; --all acts on every match, once asked (how many, on a "
+            "terminal; --yes otherwise). Each job is moved atomically and only if it is "
+            "still there, so nothing runs twice when a worker, the scheduler or another "
+            "queuedctl acts on the same jobs.",
             epilog="examples:\n  queuedctl retry dead 0123456789abcdef01234567\n"
             "  queuedctl retry dead --class Billing::InvoiceJob --error Timeout --all\n"
-            "  queuedctl retry retry --all"),
+            "  queuedctl retry retry --all --yes   # from a script"),
     Command("delete", "delete jobs of a queue or set", _run_action("delete"),
             _action_arguments, check=_check_action("delete"),
-            description="Delete jobs of queue:NAME, scheduled, retry or dead. --all with "
-            "no filter deletes the whole set and asks first (--yes when stdin is not a "
-            "terminal).",
+            description="Delete jobs of queue:NAME, scheduled, retry or dead. --all (every "
+            "match of the filters; with none, the whole set at once) asks first, saying "
+            "how many (--yes when stdin is not a terminal).",
             epilog="examples:\n  queuedctl delete retry 0123456789abcdef01234567\n"
-            "  queuedctl delete dead --arg tenant-7 --all\n"
+            "  queuedctl delete dead --arg tenant-7 --all --yes\n"
             "  queuedctl delete dead --all --yes"),
     Command("kill", "move jobs of scheduled or retry to dead", _run_action("kill"),
             _action_arguments, check=_check_action("kill"),
+            description="Move jobs of scheduled or retry to dead now, as they are. --all "
+            "asks first, saying how many (--yes when stdin is not a terminal).",
             epilog="examples:\n  queuedctl kill retry --class FlakyJob --all"),
 ]
