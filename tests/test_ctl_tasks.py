@@ -257,7 +257,7 @@ def test_the_cli_and_the_dashboard_show_the_same_numbers(producer, r, redis_url)
     (listed,) = rows(ok("tasks", url=redis_url))
     assert listed[3:9] == ["200", "195", "1", "2", "1", "98 %"]
     # The dashboard's list and the task's page
-    with TestClient(create_app(r)) as web:
+    with TestClient(create_app(r), base_url="http://localhost") as web:
         page = web.get("/tasks").text
         row = re.search(rf'<tr data-task="{task.id}">(.*?)</tr>', page, re.S).group(1)
         cells = [re.sub(r"<[^>]+>", "", c).strip()
@@ -273,7 +273,7 @@ def test_the_cli_and_the_dashboard_show_the_same_numbers(producer, r, redis_url)
     for jid in jids[196:198]:
         move(r, task, jid, "finished")
     assert ctl_json("task", task.id, url=redis_url)["summary"]["percent"] == 99
-    with TestClient(create_app(r)) as web:
+    with TestClient(create_app(r), base_url="http://localhost") as web:
         assert 'data-percent="99"' in web.get(f"/tasks/{task.id}").text
     status, drawn = in_terminal(["task", task.id], b"", redis_url)
     assert "199/200 final  99 %  running" in drawn

@@ -175,7 +175,7 @@ def test_a_kill_keeps_as_many_dead_jobs_as_the_daemons_keep(daemon, r):
     r.zadd("retry", {json.dumps({"class": "Record", "args": ["k"], "jid": "k" * 24,
                                  "queue": "default", "retry_count": 1}): now + 3600})
     # When queuedctl kills it to dead
-    assert ctl_json("kill", "retry", "--all", url=d.redis_url)["done"] == 1
+    assert ctl_json("kill", "retry", "--all", "--yes", url=d.redis_url)["done"] == 1
     # Then dead keeps every job the daemon would keep: none trimmed
     assert r.zcard("dead") == 12_001
     assert d.stop() == 0
