@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 
 from .. import __version__
 from .api import Process
@@ -49,9 +50,12 @@ def run_processes(ctx: Context, args) -> int:
           out.megabytes(p.rss_kb)) for p in procs],
         caption=f"{out.plural(len(procs), 'process')}, {busy} of {threads} busy",
         right=("Busy", "Reserved", "RSS"))
+    # Hangs a process reports (heartbeat.hangs), under the table; off a terminal on stderr,
+    # so stdout stays one line per process
+    stream = sys.stderr if out.lines_only() else None
     for p in procs:
         for hang in p.hangs:
-            out.say(f"{p.identity}: {describe_hang(hang)}")
+            out.say(f"{p.identity}: {describe_hang(hang)}", stream)
     return 0
 
 
@@ -70,11 +74,14 @@ def run_running(ctx: Context, args) -> int:
     if args.json:
         out.emit_json([r.as_dict() for r in running])
         return 0
+    # (PID and Worker as the job's log lines say them: pid=4242 tid=w3)
     out.print_table(
-        "Running jobs", ["Process", "Thread", "JID", "Queue", "Class", "Args", "Started"],
-        [(r.identity, r.tid, r.entry.jid, r.queue, r.entry.klass, out.compact(r.entry.args, 50),
-          out.when(r.run_at, ctx.now)) for r in running],
-        caption=f"{out.plural(len(running), 'job')} running")
+        "Running jobs", ["Process", "PID", "Worker", "JID", "Queue", "Class", "Args",
+                         "Started"],
+        [(r.identity, "-" if r.pid is None else r.pid, r.worker, r.entry.jid, r.queue,
+          r.entry.klass, out.compact(r.entry.args, 50), out.when(r.run_at, ctx.now))
+         for r in running],
+        caption=f"{out.plural(len(running), 'job')} running", right=("PID",))
     return 0
 
 

@@ -130,7 +130,9 @@ class Heartbeat:
                        payloads[0] if payloads else b"{}")
             out[thread_tag(v.pid, v.record)] = json.dumps({
                 "queue": v.queue, "payload": raw.decode("utf-8", "replace"),
-                "run_at": int(v.started_at)}, separators=(",", ":"), ensure_ascii=False)
+                "run_at": int(v.started_at), "pid": v.pid,
+                "worker": f"w{v.slot}-{v.record}" if v.record else f"w{v.slot}"},
+                separators=(",", ":"), ensure_ascii=False)  # (worker, pid: as log lines say)
         return out
 
     def _rss_kb(self, pids: Sequence[int]) -> int:

@@ -79,6 +79,7 @@ class _Run(NamedTuple):
     res: Reservation
     msg: dict
     name: str
+    shown: str  # the class to show (ActiveJob's wrapped one: codec.job_class_name)
     cls: type | None
     args: list
     kwargs: dict
@@ -255,16 +256,15 @@ class Runner:
         shown = codec.job_class_name(msg)
         lane.writer.begin(msg["jid"], res.queue, shown, timeout, held)
         lane.title.busy(shown)
-        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], queue=res.queue))
+        logsetup.set_context(logsetup.job_context(shown, msg["jid"], queue=res.queue))
         task_id = tracking.task_id_of(msg)
         if task_id is not None:
             self._working(task_id, msg, res.queue)
-        return _Run(res, msg, name, cls, args, kwargs, timeout, task_id)
+        return _Run(res, msg, name, shown, cls, args, kwargs, timeout, task_id)
 
     def _instance(self, run: _Run):
         if run.cls is None:
-            raise UnknownJobClass(f"uninitialized constant {run.name}: no job class "
-                                  f"named {run.name!r} is registered in this process")
+            raise UnknownJobClass(registry.missing(run.name))
         job = run.cls()
         job.jid, job.queue, job.msg, job.task_id = (run.msg["jid"], run.res.queue, run.msg,
                                                     run.task_id)
@@ -276,7 +276,7 @@ class Runner:
         _task.set(None)
         msg = run.msg
         self._learn(msg["class"], elapsed)
-        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], elapsed,
+        logsetup.set_context(logsetup.job_context(run.shown, msg["jid"], elapsed,
                                                   run.res.queue))
         hook = self.outcomes.end(run.res, msg, run.cls, error, run.task_id)
         if self.recorder is not None:

@@ -103,7 +103,7 @@ def test_a_job_that_blocks_the_loop_is_named_and_alone_charged(daemon, producer,
     # log, and in what queuedctl processes shows
     d.wait_log("the event loop has not run for", 10)
     assert f"job {culprit} holds it" in d.output()
-    shown = wait_for(lambda: [line for line in ctl("processes", url=d.redis_url).stdout
+    shown = wait_for(lambda: [line for line in ctl("processes", url=d.redis_url).stderr
                               .splitlines() if "its event loop has not run" in line], 5,
                      what="queuedctl processes naming the stuck loop")
     assert f"stuck in job {culprit}" in shown[0]

@@ -107,7 +107,7 @@ def test_a_job_blocked_in_c_past_its_timeout_gets_its_process_killed_and_sibling
     jid = Blocks.perform_async(60)
     # Then it is named before the master acts: in queuedctl processes and in the worker's log
     # (with its thread's stack); then the master kills the process
-    shown = wait_for(lambda: [line for line in ctl("processes", url=d.redis_url).stdout
+    shown = wait_for(lambda: [line for line in ctl("processes", url=d.redis_url).stderr
                               .splitlines() if f"Blocks jid={jid} is" in line], 5,
                      what="queuedctl processes naming the job past its limit")
     assert re.search(r"thread \d+: Blocks jid=\w+ is [\d.]+s past its timeout", shown[0])
