@@ -324,6 +324,11 @@ class Fetcher:
             self._script(entry.script, entry.keys, entry.args)
             self._again.pop(0)
 
+    def run_script(self, script, keys: list, args: list):
+        """One script call on the worker's connection, its reply awaited (issue 21's guards:
+        a unique job's lock at its start, an over-limit job's wake time)."""
+        return self._script(script, keys, args)
+
     def _script(self, script, keys, args, with_acks: bool = True):
         try:
             return self._call(*script.command(keys, args), with_acks=with_acks)

@@ -24,8 +24,9 @@ from .. import activejob, ops, tracking
 from . import retry
 from . import log as logsetup
 from .. import payload as codec
-from ..errors import JobFailed, PayloadError, UnknownJobClass
+from ..errors import JobFailed, OverLimit, PayloadError, UnknownJobClass
 from .fetch import GONE, REFUSED, Fetcher, Reservation
+from .guards import Guards, rescheduled
 from ..job import registry
 from ..middleware import server_middleware
 from .timeout import job_timeout
@@ -72,6 +73,8 @@ class Runner:
         self.shapes: set[frozenset] = set()  # payload key sets seen without a jid (logged once)
         self._class_timeouts: dict[type, float | None] = {}
         self._durations: dict[str, float] = {}  # job class -> recent run time (seconds)
+        #: expiring, unique and over-limit jobs (issue 21): each call behind a dict lookup
+        self.guards = Guards(keys, fetcher, self._record)
 
     # --- one job -------------------------------------------------------------------------------
     def process(self, res: Reservation) -> None:
@@ -105,6 +108,9 @@ class Runner:
         if activejob.is_wrapped(msg):
             name, (args, kwargs) = activejob.job_name(msg), activejob.arguments(msg)
         cls = registry.lookup(name)
+        if "expires_at" in msg or "unique_for" in msg:  # (issue 21: guards.py)
+            if not self.guards.before(res, msg, cls, tracking.task_id_of(msg)):
+                return
         self._release_finished(msg["class"])
         timeout = self._timeout(msg, cls)
         shown = codec.job_class_name(msg)
@@ -132,7 +138,8 @@ class Runner:
         self._learn(msg["class"], elapsed)
         logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], elapsed, res.queue))
         self._ended(res, msg, cls, job, error, task_id)
-        failed = error is not None and not isinstance(error, ops.Release)
+        failed = error is not None and not isinstance(error, ops.Release) \
+            and not rescheduled(error)
         if self.recorder is not None:
             self.recorder.record(msg, res.queue, elapsed, failed)
         self.writer.end(failed)
@@ -147,12 +154,16 @@ class Runner:
             self._buried(res, msg, error.reason, task_id)
         elif isinstance(error, JobFailed):
             self._job_failed(res, msg, error, task_id)
+        elif isinstance(error, OverLimit) and self.guards.overlimit(res, msg, error, task_id):
+            pass  # rescheduled, no failure (past its limiter's reschedule: the retry path)
         else:
             self._failed(res, msg, cls, error, task_id)
             self._hook(job, "after_failed", error)
 
     def _succeeded(self, res: Reservation, msg: dict, job, task_id: str | None) -> None:
         claimed = self._claimed(res, True)
+        if claimed is not None and "unique_for" in msg:
+            self.guards.succeeded(msg)  # its lock goes before its ack (guards.py says why)
         if claimed is None:
             pass
         elif task_id is None:
@@ -182,6 +193,8 @@ class Runner:
                     task_id: str | None) -> None:
         """A business failure (queued.JobFailed): never retried. A job of a task ends there,
         failed, with the reason; any other goes to dead, where an operator sees it."""
+        if "unique_for" in msg:
+            self.guards.ended_for_good(msg)
         if task_id is None:
             outcome = retry.failed_for_good(msg, error, res.queue)
             log.warning("failed: %s -> dead (JobFailed is not retried)", error.reason)
@@ -216,6 +229,8 @@ class Runner:
         """The job buried itself: to dead now, with the reason, its bury counted."""
         outcome = retry.buried(msg, reason, res.queue)
         outcome.msg[ops.BURIES] = _count(msg.get(ops.BURIES)) + 1
+        if "unique_for" in msg:
+            self.guards.ended_for_good(msg)
         log.warning("buried: %s -> dead", reason)
         self._record(res, "dead", outcome.score, outcome.payload,
                      task=tracking.failure(task_id, outcome.msg, True, ops.Bury(reason)))
@@ -270,6 +285,12 @@ class Runner:
                 task_id: str | None) -> None:
         outcome = retry.decide(msg, error, res.queue, job_class=cls,
                                max_retries=self.config.max_retries)
+        if outcome.kind == "retry" and "expires_at" in msg and \
+                self.guards.retry_past_deadline(res, msg, cls, task_id, outcome.score, error):
+            events.report(error, {"job": msg, "queue": res.queue, "outcome": "expired"})
+            return
+        if outcome.kind != "retry" and "unique_for" in msg:
+            self.guards.ended_for_good(msg)
         # The traceback helps with a bug in the job, and with a timeout (it shows where the
         # job was when SIGALRM came); for an unknown class the one line says everything.
         trace = None if isinstance(error, UnknownJobClass) else error
