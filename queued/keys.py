@@ -169,6 +169,12 @@ class Keys:
         """SCAN MATCH pattern of every unique lock (the operator's listing)."""
         return _glob_escape(f"{self.ns}queued:unique:") + "*"
 
+    def clearing(self, token: str) -> str:
+        """list or zset: a queue, schedule or retry set an operator cleared, renamed here in
+        the clearing step, read for its unique jobs' locks, then unlinked (admin/locks.py);
+        it expires within the hour if its reader dies."""
+        return f"{self.ns}queued:clearing:{token}"
+
     def counter(self, name: str) -> str:
         """string: a cluster-wide count of queued's own events (COUNTERS), INCRed by the
         script that makes the event happen."""

@@ -28,19 +28,20 @@ from ..connection import client_from_url
 from ..errors import ConfigError
 from ..redisopts import DEFAULT_REDIS_URL, mask_url
 from ..settings import DEFAULT_CONFIG_FILE
-from . import cron, ctlcmds, ctljobs, ctlprocs, ctltasks, ctlweb
+from . import cron, ctlcmds, ctljobs, ctllimits, ctlprocs, ctltasks, ctlweb
 from .ctlout import INSTALL_HINT, NeedRich, require_rich
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 #: In the order of --help.
 COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctltasks.COMMANDS, *ctlprocs.COMMANDS,
-            *cron.COMMANDS, *ctlweb.COMMANDS]
+            *cron.COMMANDS, *ctllimits.COMMANDS, *ctlweb.COMMANDS]
 
 DESCRIPTION = """\
 Look after the jobs and processes of queued (and Sidekiq) on one Redis: stats, queues,
-the scheduled/retry/dead sets, tasks, periodic jobs, running processes; retry, delete or kill
-jobs in bulk; pause queues; quiet, stop or dump processes; a health probe."""
+the scheduled/retry/dead sets, tasks, periodic jobs, running processes, rate limiters, unique
+locks; retry, delete or kill jobs in bulk; pause queues; quiet, stop or dump processes; a
+health probe."""
 
 EPILOG = """\
 Redis: --redis URL, else -C CONFIG (its redis_url or :redis:, and namespace), else $REDIS_URL,

@@ -20,6 +20,7 @@ from ..connection import Script
 from ..payload import dumps, with_field
 from ..keys import Keys
 from .entries import Entry, Filter
+from .locks import clear_releasing, release_removed
 from .taskmarks import mark_removed
 
 MOVE = Script(os.path.join(os.path.dirname(__file__), "lua"), "move")
@@ -118,8 +119,11 @@ class JobSet:
 
     def delete_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
         if not where:
-            # Nothing to pick by: the whole set goes, in one step, as Sidekiq's clear does.
-            return int(self.r.execute_command("EVAL", _CLEAR, 1, self.key))
+            # Nothing to pick by: the whole set goes, in one step, as Sidekiq's clear does
+            # (the unique locks its jobs held go too: a dead job's went at its death).
+            if self.name == "dead":
+                return int(self.r.execute_command("EVAL", _CLEAR, 1, self.key))
+            return clear_releasing(self.r, self.keys, self.key)
         return self._bulk("delete", where, progress)
 
     def kill_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
@@ -165,10 +169,12 @@ class JobSet:
             data, queue = self._written(action, entry, now, score)
             keys.append(self.keys.queue(queue) if action == "queue" else self.key)
             args += [entry.raw, data, queue]
-        done, left, tasks = MOVE(self.r, keys, args)
+        done, left, tasks, uniques = MOVE(self.r, keys, args)
         if tasks and action in ("delete", "dead"):
             mark_removed(self.r, self.keys, [entries[i - 1] for i in tasks], action,
                          WHERE[self.name])
+        if uniques and action in ("delete", "dead"):
+            release_removed(self.r, self.keys, [entries[i - 1] for i in uniques])
         return [int(done), int(left)]
 
     def _written(self, action: str, entry: Entry, now: float, score: float):

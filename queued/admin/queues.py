@@ -13,6 +13,7 @@ import redis as redis_lib
 from ..payload import to_epoch
 from ..keys import Keys
 from .entries import Entry, Filter
+from .locks import clear_releasing, release_removed
 from .taskmarks import mark_removed
 
 Progress = Callable[[int, int], None]  # (examined so far, removed so far)
@@ -49,12 +50,9 @@ class Queue:
 
     def clear(self) -> int:
         """Drop every job of the queue and the queue from ``queues``, in one step (Sidekiq's
-        Queue#clear); the number of jobs it held."""
-        pipe = self.r.pipeline(transaction=True)
-        pipe.llen(self.key)
-        pipe.unlink(self.key)
-        pipe.srem(self.keys.queues, self.name)
-        return int(pipe.execute()[0])
+        Queue#clear); the number of jobs it held. The unique locks its jobs held are given up
+        (locks.py: read from the cleared jobs, after the step)."""
+        return clear_releasing(self.r, self.keys, self.key, [self.keys.queues, self.name])
 
     def page(self, offset: int = 0, limit: int = 25) -> list[Entry]:
         """Jobs in the order they will run (the next one first)."""
@@ -88,6 +86,7 @@ class Queue:
         if self.r.lrem(self.key, 1, entry.raw) != 1:
             return False
         mark_removed(self.r, self.keys, [entry], "delete", f"queue {self.name}")
+        release_removed(self.r, self.keys, [entry])
         return True
 
     def delete_all(self, where: Filter | None = None, progress: Progress | None = None,
@@ -108,8 +107,9 @@ class Queue:
                 pipe.lrem(self.key, 1, entry.raw)
             removed = pipe.execute()
             done += sum(removed)
-            mark_removed(self.r, self.keys, [e for e, n in zip(chunk, removed) if n],
-                         "delete", f"queue {self.name}")
+            gone = [e for e, n in zip(chunk, removed) if n]
+            mark_removed(self.r, self.keys, gone, "delete", f"queue {self.name}")
+            release_removed(self.r, self.keys, gone)
             if progress:
                 progress(min(start + batch, len(matches)), done)
         return done
