@@ -23,7 +23,8 @@ from ...connection import make_redis
 from ...keys import Keys
 from ..api import Admin
 from ..metrics import MetricsReader
-from . import pages_busy, pages_jobs, pages_overview, pages_queues, pages_tasks, pages_metrics
+from . import (pages_busy, pages_jobs, pages_limits, pages_metrics, pages_overview,
+               pages_queues, pages_tasks)
 from .prometheus import metrics_route
 from .render import Web, render
 from .security import BasicAuth, Csrf, CsrfCookie, SecurityHeaders
@@ -48,7 +49,7 @@ def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | N
               csrf=Csrf(secret), poll_interval=poll_interval)
     # /{set} (scheduled, retries, dead) last: it would match any other one-segment path
     routes = [*pages_overview.routes, *pages_busy.routes, *pages_queues.routes,
-              *pages_tasks.routes, *pages_metrics.routes, metrics_route,
+              *pages_tasks.routes, *pages_metrics.routes, *pages_limits.routes, metrics_route,
               Mount("/static", app=StaticFiles(directory=os.path.join(HERE, "static")),
                     name="static"), *pages_jobs.routes]
     app = Starlette(debug=debug, routes=routes, exception_handlers={
