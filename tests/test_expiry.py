@@ -73,3 +73,16 @@ def test_a_foreign_producers_expires_at_is_read_in_seconds_or_milliseconds():
     assert expiry.deadline({}) is None
     assert expiry.expired({"expires_at": 100.0}, 100.0) is None  # not past it yet
     assert expiry.expired({"expires_at": 100.0}, 100.001) == 100.0
+
+
+def test_a_periodic_jobs_deadline_counts_from_its_tick(producer, r):
+    import importlib
+    from queued.keys import Keys
+    periodic = importlib.import_module("queued.periodic")  # (queued.periodic is also a function)
+    r.hset(Keys().cron_job("digest"), mapping={"name": "digest", "status": "enabled"})
+    schedule = periodic.Schedule("digest", None, "Ephemeral")
+    msg = periodic.stamp(periodic.message(schedule, Ephemeral), "digest", None, 1_800_000_000.0,
+                         "d" * 24)
+    assert periodic.enqueue(r, Keys(), "digest", msg, 1_800_000_000.5) == "enqueued"
+    pushed = json.loads(r.lindex("queue:default", 0))
+    assert pushed["expires_at"] == 1_800_000_030.5 and "expires_in" not in pushed
