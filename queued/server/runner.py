@@ -109,6 +109,8 @@ class Runner:
             name, (args, kwargs) = activejob.job_name(msg), activejob.arguments(msg)
         cls = registry.lookup(name)
         if "expires_at" in msg or "unique_for" in msg:  # (issue 21: guards.py)
+            logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"],
+                                                      queue=res.queue))
             if not self.guards.before(res, msg, cls, tracking.task_id_of(msg)):
                 return
         self._release_finished(msg["class"])
