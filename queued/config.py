@@ -26,7 +26,8 @@ from .settings import (ALIASES, DEFAULT_CONFIG_FILE, ENVIRONMENT_VARS, SETTINGS,
 from .values import error
 
 __all__ = ["Config", "ConfigError", "RedisOptions", "Setting", "SETTINGS", "ALIASES",
-           "describe", "load", "from_args", "from_dict", "build_parser", "startup_line", "mask_url"]
+           "describe", "load", "from_args", "from_dict", "build_parser", "startup_line", "mask_url",
+           "choose_redis", "embedded_socket_url", "redis_url_of"]
 
 CLI_SOURCE = "command line"
 
@@ -99,11 +100,15 @@ def _check_redis_keys(values: dict[str, Any], source: str) -> None:
                     "Redis to use; keep one)")
 
 
-def _redis_choice(values: dict[str, Any], cli_url: str | None, environ: Mapping[str, str],
-                  source: str, where: str = "the config file") -> tuple[str, str]:
-    """(Redis URL, where it came from). --redis-url, else $REDIS_URL (in containers the
+def choose_redis(values: dict[str, Any], cli_url: str | None, environ: Mapping[str, str],
+                 source: str, where: str = "the config file") -> tuple[str, str]:
+    """(Redis URL, where it came from): the one rule by which the daemon and ``queuedctl``
+    both pick Redis (issue 16: they used opposite rules, and the Kubernetes probe recipe of
+    docs/queuedctl.md found no live process in a healthy pod). The command line's URL
+    (``queued --redis-url``, ``queuedctl --redis``), else ``$REDIS_URL`` (in containers the
     environment is how Redis is injected, so it wins over a file baked into the image), else
-    the file's redis_url or redis:, else the default. embedded_redis replaces them all."""
+    the file's redis_url or redis:, else the default. embedded_redis replaces them all (its
+    socket: embedded_socket_url)."""
     if values.get("embedded_redis"):
         if cli_url:
             raise error(f"{CLI_SOURCE}: --redis-url: cannot be used with embedded_redis "
@@ -127,6 +132,17 @@ def _redis_choice(values: dict[str, Any], cli_url: str | None, environ: Mapping[
     return url, origin + unused
 
 
+def embedded_socket_url(directory: str) -> str:
+    """The URL of the redis-server an ``embedded_redis: DIR`` master runs (its socket in
+    DIR): the daemon serves it there (server/embedded.py), queuedctl connects to it."""
+    return f"unix://{os.path.join(directory, 'redis.sock')}?db=0"
+
+
+def redis_url_of(cfg: Config) -> str:
+    """The URL to connect to for ``cfg``: its chosen redis_url, or the embedded socket."""
+    return embedded_socket_url(cfg.embedded_redis) if cfg.embedded_redis else cfg.redis_url
+
+
 def _resolve_paths(values: dict[str, Any]) -> None:
     # Against the working directory, as Sidekiq's: made absolute once, here, so the log and
     # every process see the same file whatever they do later. (require stays as written: it
@@ -143,7 +159,7 @@ def _build(data: Any, source: str, cli: dict[str, Any], environ: Mapping[str, st
     _check_redis_keys(values, source)
     cli_url = cli.pop("redis_url", None)
     values.update(cli)
-    values["redis_url"], values["redis_source"] = _redis_choice(
+    values["redis_url"], values["redis_source"] = choose_redis(
         values, cli_url, environ, source, config_source or "the config file")
     _resolve_paths(values)
     if values.get("serve_no_jobs"):

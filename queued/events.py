@@ -45,8 +45,9 @@ def on(event: str) -> Callable:
     return register
 
 
-def fire(event: str) -> None:
-    for fn in list(_handlers[event]):
+def fire(event: str, handlers: dict | None = None) -> None:
+    """Run the event's handlers (``handlers``: a snapshot's, see server/loader.py)."""
+    for fn in list((_handlers if handlers is None else handlers)[event]):
         try:
             fn()
         except Exception:  # noqa: BLE001 - one broken hook must not stop the daemon
@@ -59,8 +60,8 @@ def fire(event: str) -> None:
 error_handlers: list[Callable[[BaseException, dict], None]] = []
 
 
-def report(exc: BaseException, context: dict) -> None:
-    for handler in list(error_handlers):
+def report(exc: BaseException, context: dict, handlers: list | None = None) -> None:
+    for handler in list(error_handlers if handlers is None else handlers):
         try:
             handler(exc, context)
         except Exception:  # noqa: BLE001

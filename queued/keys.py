@@ -116,6 +116,11 @@ class Keys:
     def scheduler_leader(self) -> str:  # string identity, PX TTL; scheduler.py
         return self.ns + "queued:scheduler-leader"
 
+    def snapshot(self, token: str) -> str:
+        """a copy of a job set or a queue that one bulk action walks (admin/snapshot.py
+        writes it with COPY, gives it a TTL and unlinks it when done)."""
+        return f"{self.ns}queued:snapshot:{token}"
+
     # --- periodic jobs: sidekiq-cron 1.x's layout (the one beside Sidekiq 6.4), so its Web UI
     # tab shows queued's schedules; not under queued: for that reason -----------------------
     @property
@@ -168,12 +173,6 @@ class Keys:
     def unique_pattern(self) -> str:
         """SCAN MATCH pattern of every unique lock (the operator's listing)."""
         return _glob_escape(f"{self.ns}queued:unique:") + "*"
-
-    def clearing(self, token: str) -> str:
-        """list or zset: a queue, schedule or retry set an operator cleared, renamed here in
-        the clearing step, read for its unique jobs' locks, then unlinked (admin/locks.py);
-        it expires within the hour if its reader dies."""
-        return f"{self.ns}queued:clearing:{token}"
 
     def counter(self, name: str) -> str:
         """string: a cluster-wide count of queued's own events (COUNTERS), INCRed by the

@@ -308,6 +308,9 @@ CRON_ENQUEUE = Script(os.path.join(os.path.dirname(__file__), "lua"), "cron_enqu
 HISTORY = 10
 #: Ticks remembered in ``cron_job:<name>:enqueued`` (sidekiq-cron's REMEMBER_THRESHOLD).
 REMEMBER = 24 * 3600.0
+#: A tick may be this far ahead of Redis's clock (seconds): a master's host clock a little fast
+#: still pushes; one further ahead is refused (cron_enqueue.lua).
+MAX_AHEAD = 1.0
 #: sidekiq-cron's last_enqueue_time format (UTC).
 LAST_TIME_FORMAT = "%Y-%m-%d %H:%M:%S +0000"
 
@@ -325,8 +328,9 @@ def last_time_text(when: float) -> str:
 def enqueue(r: Any, keys: Keys, name: str, msg: dict, now: float,
             tick: float | None = None) -> str:
     """Push ``msg`` (enqueued_at set here) for schedule ``name``. With a ``tick``, only if
-    that tick is not pushed yet and the schedule is enabled. Returns the script's answer:
-    enqueued, done, disabled, missing (no such schedule in Redis) or wrongtype."""
+    that tick is not pushed yet, the schedule is enabled and the tick is not ahead of Redis's
+    clock. Returns the script's answer: enqueued, done, disabled, missing (no such schedule
+    in Redis), wrongtype or ahead."""
     msg = dict(msg)
     if "expires_in" in msg:  # (a class's expires_in: its deadline from this tick, expiry.py)
         expiry.stamp(msg, now)
@@ -337,5 +341,5 @@ def enqueue(r: Any, keys: Keys, name: str, msg: dict, now: float,
                          ["" if tick is None else repr(tick),
                           "" if tick is None else tick_member(tick), dumps(msg), msg["queue"],
                           last_time_text(now), history, HISTORY,
-                          repr((tick or now) - REMEMBER)])
+                          repr((tick or now) - REMEMBER), MAX_AHEAD])
     return reply.decode() if isinstance(reply, bytes) else str(reply)

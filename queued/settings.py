@@ -137,7 +137,8 @@ class Config:
                                         "scheduler.schedule (sidekiq-scheduler 2-4); not both.")
     metrics: tuple[str, int] | None = _s(None, host_port, "HOST:PORT where the master serves "
                                          "Prometheus metrics at /metrics (needs the metrics "
-                                         "extra: pip install 'queued[metrics]'); off if unset.")
+                                         "extra: pip install 'queued-jobs[metrics]'); off if "
+                                         "unset.")
     record_metrics: bool = _s(True, boolean, "Count each job class's runs, failures and run "
                               "times (shared memory), written to Redis on each heartbeat in "
                               "Sidekiq's metrics layouts and served at metrics:.")

@@ -29,6 +29,7 @@ method that reads or writes Redis hands over to it first.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from contextlib import contextmanager
 from functools import partial
@@ -37,8 +38,10 @@ from typing import Any, Callable, Iterator
 from . import client as _client
 from .keys import TASK_STATES, Keys
 from .payload import dumps, new_jid
-from .tracking import FINAL, TASK_SEAL
+from .tracking import FINAL, TASK_PUSH, TASK_SEAL, CallbackBlocked, blocked_keys
 from .unique import UNIQUE_PUSH
+
+log = logging.getLogger("queued.task")
 
 DAY = 24 * 3600
 #: Jobs written per MULTI/EXEC when a block ends (each transaction is atomic: a worker never
@@ -139,7 +142,9 @@ class Task:
         are). ``total``: the number of jobs the task will have, when some were pushed by
         another language's producer with only the ``task_id`` field (such a job is counted
         from its start; the task does not complete before it has ``total``). Sealing twice
-        does nothing more (a later ``total`` replaces the earlier)."""
+        does nothing more (a later ``total`` replaces the earlier). Raises
+        ``queued.tracking.CallbackBlocked`` (nothing written) if sealing would complete the
+        task while a callback's queue key holds another Redis type."""
         if total is not None and (isinstance(total, bool) or not isinstance(total, int)
                                   or total < 0):
             raise ValueError(f"total must be a whole number >= 0, not {total!r}")
@@ -152,8 +157,11 @@ class Task:
             _client.testing.seal_task(self.id, total)
         else:
             ks = self.keys.task_keys(self.id)
-            if not TASK_SEAL(self.client.redis, [*ks, self.keys.queues],
-                             [self.id, self.keys.ns, "" if total is None else str(total)]):
+            sealed = int(TASK_SEAL(self.client.redis, [*ks, self.keys.queues],
+                                   [self.id, self.keys.ns, "" if total is None else str(total)]))
+            if sealed < 0:  # nothing written: it would complete into a broken callback queue
+                raise CallbackBlocked(self.id, blocked_keys(self.client.redis, self.keys, self.id))
+            if not sealed:
                 raise LookupError(f"task {self.id} does not exist (expired or deleted)")
         self._seals = False
 
@@ -194,8 +202,11 @@ class Task:
                 _push_chunk(pipe, self.keys, ks, chunk)
             for key in (ks[0], ks[1], ks[7]):  # the hash, enqueued, records
                 pipe.pexpire(key, ttl_ms)
-            pipe.execute()
+            replies = pipe.execute()
             self._stored = True
+            if chunk and replies[-4]:
+                log.warning("task %s: %d job(s) not pushed: their jid is already in the task "
+                            "(the same jid is the same job)", self.id, replies[-4])
         if buffer.locks:
             self._write_unique(buffer, ks, ttl_ms)
         if seal:
@@ -360,21 +371,16 @@ class _Buffer:
 
 
 def _push_chunk(pipe: Any, keys: Keys, ks: list[str], chunk: list) -> None:
-    pipe.hset(ks[7], mapping={jid: record for jid, record, *_ in chunk})
-    pipe.sadd(ks[1], *(jid for jid, *_ in chunk))
-    by_queue: dict[str, list[str]] = {}
-    scheduled: dict[str, float] = {}
-    for _jid, _record, queue, at, text in chunk:
-        if queue is None:
-            scheduled[text] = at
-        else:
-            by_queue.setdefault(queue, []).append(text)
-    if by_queue:
-        pipe.sadd(keys.queues, *by_queue)
-        for queue, texts in by_queue.items():
-            pipe.lpush(keys.queue(queue), *texts)
-    if scheduled:
-        pipe.zadd(keys.schedule, scheduled)
+    """One chunk's jobs, by TASK_PUSH (sent as EVAL: inside MULTI, an EVALSHA that Redis
+    refused with NOSCRIPT would leave the rest of the transaction applied without it)."""
+    queues: dict[str, int] = {}
+    args: list = [len(chunk)]
+    for jid, record, queue, at, text in chunk:
+        where = 0 if queue is None else queues.setdefault(queue, len(queues) + 1)
+        args += [jid, record, where, "" if at is None else repr(at), text]
+    args += list(queues)
+    pipe.execute_command(*TASK_PUSH.eval_command(
+        [ks[7], ks[1], keys.queues, keys.schedule, *(keys.queue(q) for q in queues)], args))
 
 
 def _callback_pieces(client: _client.Client, callback: Any, queue: str | None) -> str:
@@ -415,7 +421,9 @@ def _record(jid: str, state: str, rec: bytes | None, err: bytes | None,
         at, text = json.loads(line)
         messages.append({"at": at, "text": text})
     return {"jid": jid, "status": PUBLIC[state], "retrying": state == "retry",
-            "final": state in FINAL, "class": record.get("class"), "queue": record.get("queue"),
+            "final": state in FINAL,
+            # (ActiveJob's wrapped class, as Sidekiq shows it: issue 20)
+            "class": record.get("wrapped") or record.get("class"), "queue": record.get("queue"),
             "args": record.get("args"), "at": record.get("at"),
             "error": json.loads(err) if err else None, "messages": messages}
 

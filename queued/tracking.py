@@ -10,11 +10,13 @@ its own write, so a crash cannot leave the job ended and its state not moved, or
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, NamedTuple
 
 from .connection import Script
+from .errors import QueuedError
 from .keys import TASK_STATES, Keys
 from .payload import dumps
 
@@ -33,6 +35,7 @@ with open(os.path.join(_LUA, "task.lua"), "rb") as _f:
 TASK_MARK = Script(_LUA, "task_mark", prelude=LIBRARY)
 TASK_SEAL = Script(_LUA, "task_seal", prelude=LIBRARY)
 TASK_SAY = Script(_LUA, "task_say")
+TASK_PUSH = Script(_LUA, "task_push")  # (task.py: a producer's block)
 
 assert TASK_STATES == ("enqueued", "working", "finished", "failed", "retry", "error")
 
@@ -98,8 +101,38 @@ def mark_call(keys: Keys, move: Move, record: str = "") -> tuple[list, list]:
             [move.task_id, move.jid, move.state, move.error, record, keys.ns])
 
 
+class CallbackBlocked(QueuedError):
+    """A move (or a seal) that would complete a task was refused, nothing written: the queue
+    key of a callback it would push holds another Redis type (task.lua: task_blocked). Fix
+    the key and do it again; the callback is pushed then."""
+
+    def __init__(self, task_id: str, keys: list[str]):
+        where = ", ".join(keys) or "a callback's queue key"
+        super().__init__(f"task {task_id} would complete now, but {where} holds another Redis "
+                         f"type (WRONGTYPE): nothing was written; fix the key and try again")
+        self.task_id, self.keys = task_id, keys
+
+
+def blocked_keys(redis: Any, keys: Keys, task_id: str) -> list[str]:
+    """The keys a task's callbacks would be pushed into that hold another Redis type (for a
+    refusal's message: read after it, not atomically)."""
+    found = []
+    for stored in redis.hmget(keys.task(task_id), "on_complete", "on_success"):
+        if stored:
+            key = keys.queue(json.loads(stored)[0])
+            if redis.type(key) not in (b"none", b"list") and key not in found:
+                found.append(key)
+    if redis.type(keys.queues) not in (b"none", b"set"):
+        found.append(keys.queues)
+    return found
+
+
 def mark(redis: Any, keys: Keys, move: Move, record: str = "") -> bool:
-    return bool(TASK_MARK(redis, *mark_call(keys, move, record)))
+    """Run TASK_MARK; False if the task is gone. CallbackBlocked if refused (see there)."""
+    written = int(TASK_MARK(redis, *mark_call(keys, move, record)))
+    if written < 0:
+        raise CallbackBlocked(move.task_id, blocked_keys(redis, keys, move.task_id))
+    return bool(written)
 
 
 def say_call(keys: Keys, task_id: str, jid: str, text: str,

@@ -17,3 +17,22 @@ class MetricsBad(queued.Job):
 
     def perform(self):
         raise RuntimeError("a failure the metrics count")
+
+
+WHERE = "t:metrics-where"  # hash pid -> JSON {"regions": [...], "master": n}
+
+
+class MetricsWhere(queued.Job):
+    """Says which regions of the metrics table the worker running it has a recorder on (its
+    own, and the master's, inherited at fork): two writers share a region when they are the
+    same one."""
+
+    def perform(self):
+        import gc
+        import json
+        import os
+        from queued.server.metrics import Recorder
+        recorders = [o for o in gc.get_objects() if isinstance(o, Recorder)]
+        queued.get_redis().hset(WHERE, str(os.getpid()), json.dumps({
+            "regions": sorted({rec.region for rec in recorders}),
+            "master": recorders[0].table.master_region}))

@@ -213,6 +213,36 @@ def test_bulk_actions_racing_each_other_act_on_each_job_once(r, admin, redis_url
     assert r.zcard("dead") == 0
 
 
+def test_a_kill_trims_dead_to_the_largest_bounds_the_live_daemons_publish(r):
+    # Given 12,000 dead jobs, some 200 days old, and three jobs in retry
+    now = time.time()
+    r.zadd("dead", {failed(i): now - (i % 300) * 86400 - 1 for i in range(12_000)})
+    r.zadd("retry", {failed(20_000 + i): now + 60 for i in range(3)})
+    young = sum(1 for i in range(12_000) if (i % 300) < 180)
+
+    def kill_one(admin):
+        admin.retries.kill(admin.retries.page(0, 1)[0])
+
+    # When no daemon publishes bounds: Sidekiq's, 180 days (and 10,000 jobs)
+    snapshot = r.zrange("dead", 0, -1, withscores=True)
+    kill_one(api.Admin(r))
+    assert r.zcard("dead") == young + 1
+    # When two live daemons publish theirs (and a Sidekiq process publishes none): the
+    # largest count and the largest age, so no job some daemon keeps is trimmed
+    r.delete("dead")
+    r.zadd("dead", dict(snapshot))
+    _process(r, "h:1:a", dead_max_jobs=20_000, dead_timeout_in_seconds=90 * 86400)
+    _process(r, "h:2:b", dead_max_jobs=15_000, dead_timeout_in_seconds=400 * 86400)
+    _process(r, "h:3:sidekiq")
+    kill_one(api.Admin(r, dead_limits=api.DeadLimits(5, 5)))
+    assert r.zcard("dead") == 12_001
+    # When none is live, the operator's own bounds (queuedctl's config file); the count trim
+    # keeps max_jobs - 1, as Sidekiq's does
+    r.delete("processes")
+    kill_one(api.Admin(r, dead_limits=api.DeadLimits(max_jobs=5_000, timeout=400 * 86400)))
+    assert r.zcard("dead") == 4_999
+
+
 def test_retry_all_reports_progress(r, admin):
     r.zadd("dead", {failed(i): float(i) for i in range(1500)})
     seen = []
@@ -285,9 +315,24 @@ def test_a_queue_deletes_every_match_and_keeps_the_rest_in_order(r, admin):
     deleted = admin.queue("default").delete_all(
         api.Filter.of(klass="Old"), batch=150,
         progress=lambda examined, done: seen.append((examined, done)))
-    # Then those went, the others stay in their order, and progress was told per batch
-    assert deleted == 400 and seen == [(150, 150), (300, 300), (400, 400)]
+    # Then those went, the others stay in their order, and progress was told per batch read
+    # (jobs examined, jobs deleted)
+    assert deleted == 400 and seen == [(150 * k, 50 * k) for k in range(1, 9)]
     assert [e.args[0] for e in admin.queue("default").scan()] == [
         i for i in range(1200) if i % 3]
     # And with no filter it is the queue's clear
     assert admin.queue("default").delete_all() == 800 and r.smembers("queues") == set()
+
+
+def test_a_set_or_queue_of_another_type_is_refused_and_left_as_it_was(r, admin):
+    import redis as redis_lib
+    r.set("dead", "not a zset")
+    r.hset("queue:odd", "not", "a list")
+    for act in (admin.dead.retry_all, admin.dead.delete_all,
+                lambda: admin.queue("odd").delete_all(api.Filter.of(klass="X")),
+                admin.queue("odd").clear):
+        with pytest.raises(redis_lib.ResponseError):
+            act()
+    assert r.get("dead") == b"not a zset" and r.hgetall("queue:odd") == {b"not": b"a list"}
+    assert r.keys("queued:snapshot:*") == []
+    assert r.ttl("dead") == -1 and r.ttl("queue:odd") == -1

@@ -93,7 +93,7 @@ def test_stats_shows_queueds_own_counts(producer, r, redis_url):
 
 @pytest.fixture
 def web(r):
-    with TestClient(create_app(r)) as c:
+    with TestClient(create_app(r), base_url="http://localhost") as c:
         yield c
 
 

@@ -114,7 +114,7 @@ def test_data_survives_restart(tmp_path, binary):
 
 def test_no_binary_is_a_config_error(tmp_path, monkeypatch):
     monkeypatch.setattr(embedded, "find_redis_server", lambda: None)
-    with pytest.raises(ConfigError, match=r"no redis-server found.*queued\[embedded\]"):
+    with pytest.raises(ConfigError, match=r"no redis-server found.*queued-jobs\[embedded\]"):
         EmbeddedRedis(str(tmp_path / "r")).start()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import configparser
 import fnmatch
 import os
+import re
 
 from harness import ROOT
 
@@ -44,3 +45,50 @@ def test_the_dashboards_templates_and_static_files_are_package_data():
         missing += [f"{sub}/{n}" for n in names
                     if not any(fnmatch.fnmatch(f"{sub}/{n}", p) for p in patterns)]
     assert missing == []
+
+
+#: The distribution's name on the package index: "queued" there is an unrelated project (its
+#: 2019.12.24), so an install line naming it installs somebody else's code (issue 16).
+DISTRIBUTION = "queued-jobs"
+#: ``pip install`` and what it installs, up to the end of the command in prose or a shell line.
+PIP_INSTALL = re.compile(r"pip3? install ([^`\n)#]*)")
+WRONG = re.compile(r"""^['"]?queued(\[[^\]]*\])?['"]?$""")
+
+
+def install_lines() -> list[tuple[str, str]]:
+    """(file, the packages of a pip install) in the README, the docs, the scripts, the sample
+    config and every message the code prints."""
+    found = []
+    paths = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "setup.cfg")]
+    for folder, exts in (("docs", (".md",)), ("scripts", ("", ".py", ".sh")),
+                         ("etc", (".yml", ".yaml")), ("queued", (".py",))):
+        for base, _, names in os.walk(os.path.join(ROOT, folder)):
+            paths += [os.path.join(base, n) for n in names
+                      if os.path.splitext(n)[1] in exts and "peers" not in base]
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (UnicodeDecodeError, IsADirectoryError):
+            continue
+        found += [(os.path.relpath(path, ROOT), m.group(1)) for m in PIP_INSTALL.finditer(text)]
+    return found
+
+
+def test_setup_cfg_names_the_distribution_and_keeps_the_commands():
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    assert cfg["metadata"]["name"] == DISTRIBUTION
+    scripts = cfg["options.entry_points"]["console_scripts"].split()
+    assert scripts[0::3] == ["queued", "queuedctl"]
+
+
+def test_every_install_line_names_the_distribution():
+    lines = install_lines()
+    wrong = [(path, args) for path, args in lines
+             if any(WRONG.match(word) for word in args.split())]
+    assert wrong == []
+    # and the headline ones do name it
+    naming = {path for path, args in lines if DISTRIBUTION in args}
+    assert {"README.md", "docs/queuedctl.md", "docs/dashboard.md", "docs/metrics.md",
+            "queued/admin/ctlout.py", "queued/admin/ctlweb.py"} <= naming

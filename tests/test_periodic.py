@@ -211,6 +211,173 @@ def test_a_ruby_sidekiq_cron_poller_that_took_the_tick_is_respected(r):
     assert pushed(r) == [1_700_000_302.0]
 
 
+# --- a master whose clock is wrong (issue 16.1.6) ---------------------------------------------
+
+def drive(masters, until, timeout=20.0) -> None:
+    """Every master looks again and again, as their loops would (real time: the ticks are
+    judged against Redis's clock), until ``until()``."""
+    from harness import wait_for
+    wait_for(lambda: [m.tick() for m in masters] and until(), timeout, interval=0.02,
+             what="the pushes")
+
+
+def contiguous(ticks: list[float]) -> bool:
+    return ticks == [ticks[0] + i for i in range(len(ticks))]
+
+
+def test_a_master_ten_minutes_fast_then_corrected_leaves_no_gap(r, caplog):
+    # Given the only master, its host's clock 10 minutes fast (and a correct clock to judge)
+    import socket
+    import time
+    skew = {"fast": 600.0}
+    fast = master(r, cfg(), lambda: time.time() + skew["fast"])
+    # When it runs: then it pushes the ticks of the true time, none ten minutes ahead (it
+    # claimed them, and after the correction no master pushed for ten minutes), and says
+    # once which host's clock is wrong
+    drive([fast], lambda: len(pushed(r)) >= 3)
+    assert all(t <= time.time() + 1 for t in pushed(r)), pushed(r)
+    warnings = [x for x in caplog.records if "clock" in x.getMessage()]
+    assert len(warnings) == 1 and socket.gethostname() in warnings[0].getMessage()
+    assert "600" in warnings[0].getMessage() or "599" in warnings[0].getMessage()
+    # When its clock is corrected, and a second master with a good clock joins
+    skew["fast"] = 0.0
+    good = master(r, cfg(), time.time)
+    seen = len(pushed(r))
+    drive([fast, good], lambda: len(pushed(r)) >= seen + 3)
+    # Then every tick from the first on was pushed once: no gap, no tick twice
+    assert contiguous(pushed(r)), pushed(r)
+    assert pushed(r)[-1] <= time.time() + 1
+
+
+def test_a_last_tick_recorded_ahead_of_redis_does_not_stop_the_pushes(r):
+    # Given a schedule whose last tick was claimed 10 minutes ahead (a fast master of an
+    # older version, before this one)
+    import time
+    good = master(r, cfg(), time.time)
+    good.tick()
+    r.hset("cron_job:beat", "queued_last_tick", repr(time.time() + 600))
+    # Then a master with a good clock pushes the ticks of now anyway
+    drive([good], lambda: len(pushed(r)) >= 2)
+    assert contiguous(pushed(r)) and pushed(r)[-1] <= time.time() + 1
+
+
+# --- through client middleware, an outage, a wrong-type queue, a failing schedule ---------------
+
+def two(**extra):
+    return config_mod.from_dict({"scheduler": {"schedule": {
+        "beat": {"cron": "* * * * * *", "class": "Beat", "queue": "beats"},
+        "skip": {"cron": "* * * * * *", "class": "Skip", "queue": "skips"}, **extra}}},
+        environ=NO_ENV)
+
+
+def test_periodic_jobs_go_through_client_middleware_which_may_change_or_cancel_them(r):
+    from queued.middleware import client_middleware
+
+    class Tag:
+        def __call__(self, job_class, msg, queue, call_next):
+            if msg["cron_name"] == "skip":
+                return None  # cancelled, as a push's middleware may
+            msg["tags"] = ["cron", job_class]
+            return call_next()
+
+    saved = client_middleware.snapshot()
+    client_middleware.add(Tag)
+    try:
+        clock = Clock(1_700_000_400.5)
+        run([master(r, two(), clock)], clock, clock.now, 2)
+    finally:
+        client_middleware.restore(saved)
+    # Then the pushed jobs carry what the middleware added, and the cancelled one is not
+    # pushed at all (nor recorded as pushed)
+    jobs = [json.loads(m) for m in reversed(r.lrange("queue:beats", 0, -1))]
+    assert [j["cron_tick"] for j in jobs] == [1_700_000_401.0, 1_700_000_402.0]
+    assert all(j["tags"] == ["cron", "Beat"] for j in jobs)
+    assert r.llen("queue:skips") == 0 and r.hget("cron_job:skip", "last_enqueue_time") is None
+
+
+def test_periodic_jobs_through_a_redis_outage_push_the_tick_due_when_it_is_back(tmp_path):
+    import redis as redis_lib
+    from faults.common import OwnRedis
+    server = OwnRedis()
+    server.start()
+    r = redis_lib.Redis.from_url(server.url, socket_timeout=1)
+    try:
+        clock = Clock(1_700_000_500.5)
+        m = master(r, cfg(), clock)
+        run([m], clock, clock.now, 1)
+        assert pushed(r) == [1_700_000_501.0]
+        # When Redis goes away: the tick fails with a Redis error (the master logs the outage
+        # once and backs off: server/periodic.RETRY)
+        server.shutdown()
+        clock.now = 1_700_000_503.2
+        with pytest.raises(redis_lib.ConnectionError):
+            m.tick()
+        m.backoff()
+        clock.now += 0.5
+        m.tick()  # (within the backoff: not even tried)
+        # When it is back, the tick due then is pushed, once (the ticks missed while it was
+        # away are not replayed: catch_up is off)
+        server.start()
+        clock.now = 1_700_000_505.3
+        m.tick()
+        m.tick()
+        assert pushed(r) == [1_700_000_501.0, 1_700_000_505.0]
+    finally:
+        r.close()
+        server.stop()
+
+
+def test_a_wrong_type_queue_key_holds_its_ticks_back_and_nothing_else(r, caplog):
+    clock = Clock(1_700_000_600.5)
+    m = master(r, two(), clock)
+    run([m], clock, clock.now, 1)
+    # When the beats queue key is overwritten with a string
+    r.set("queue:beats", "oops")
+    run([m], clock, clock.now, 2)
+    # Then its ticks are not pushed (nor claimed), the other schedule's are, and it is said
+    assert r.get("queue:beats") == b"oops"
+    assert [json.loads(x)["cron_tick"] for x in reversed(r.lrange("queue:skips", 0, -1))] == [
+        1_700_000_601.0, 1_700_000_602.0, 1_700_000_603.0]
+    assert "queue key queue:beats holds another Redis type" in caplog.text
+    assert float(r.hget("cron_job:beat", "queued_last_tick")) == 1_700_000_601.0
+    # And once it is fixed, the next tick is pushed
+    r.delete("queue:beats")
+    run([m], clock, clock.now, 1)
+    assert pushed(r) == [1_700_000_604.0]
+
+
+def test_a_schedule_that_fails_with_a_non_redis_error_stops_no_other(r, caplog, monkeypatch):
+    # Given one schedule whose job cannot be made (an error in queued or the job code) and a
+    # client middleware that raises on the other's
+    from queued.middleware import client_middleware
+    real = server_periodic.stamp
+
+    def stamp(template, name, *args, **kwargs):
+        if name == "skip":
+            raise RuntimeError("cannot make this job")
+        return real(template, name, *args, **kwargs)
+    monkeypatch.setattr(server_periodic, "stamp", stamp)
+
+    class Broken:
+        def __call__(self, job_class, msg, queue, call_next):
+            raise ValueError("middleware bug")
+
+    saved = client_middleware.snapshot()
+    client_middleware.add(Broken)
+    try:
+        clock = Clock(1_700_000_700.5)
+        run([master(r, two(), clock)], clock, clock.now, 2)  # (never raises to the loop)
+    finally:
+        client_middleware.restore(saved)
+    # Then the schedule the middleware failed on is pushed as it was, every tick; the other
+    # is logged every tick and pushes nothing (three offers each: the tick before the
+    # schedules existed is offered too, and not pushed)
+    assert pushed(r) == [1_700_000_701.0, 1_700_000_702.0]
+    assert caplog.text.count("client middleware raised on periodic job beat") == 3
+    assert caplog.text.count("schedule skip: its tick could not be pushed") == 3
+    assert r.llen("queue:skips") == 0
+
+
 # --- which schedules, and the refusal at boot ----------------------------------------------------
 
 @pytest.fixture

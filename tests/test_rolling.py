@@ -38,6 +38,14 @@ def started(m) -> None:
         SlotWriter(m.table, rec.slot, rec.pid).tick()
 
 
+def hup(m) -> None:
+    """A HUP, and the loop's turn once its new code has loaded (in a thread: loader.py)."""
+    m._hup("SIGHUP")
+    if m.loading is not None:
+        assert m.loading.join(10)
+        m._reloaded()
+
+
 def slots(m) -> dict[int, int]:
     return {rec.pid: rec.slot for rec in m.workers.values()}
 
@@ -154,13 +162,98 @@ def test_a_reload_checks_the_new_schedules_and_the_master_takes_them(redis_url, 
         assert m.periodic.schedules == []
         # When the new config schedules a class this process does not have, on a queue it
         # serves: refused, nothing changes, the log says why
-        m._hup("SIGHUP")
+        hup(m)
         assert "'Tikc' is not a job class of this process" in caplog.text
         assert m.config is cfg and not m.rollout.active and m.periodic.schedules == []
         # When it schedules one it has: the master pushes it from now on
-        m._hup("SIGHUP")
+        hup(m)
         assert [s.name for s in m.periodic.schedules] == ["beat"]
         assert m.config.schedules[0].klass == "Tick"
     finally:
         saved.restore()
         sys.modules.pop("tickjobs", None)
+
+
+GATED_V1 = """
+import queued
+
+class Tagger:
+    def __call__(self, job_class, msg, queue, call_next):
+        msg["tag"] = "v1"
+        return call_next()
+
+queued.client_middleware.add(Tagger)
+
+class Gated(queued.Job):
+    def perform(self):
+        pass
+"""
+GATED_V2 = """
+import gatehold
+import queued
+
+gatehold.STARTED.set()
+gatehold.GATE.wait(10)  # the import takes as long as the test says
+
+class Gated(queued.Job):  # v2
+    def perform(self):
+        pass
+"""
+
+
+def test_while_the_new_code_loads_the_loop_reads_the_old_registries_and_forks_nothing(
+        master, redis_url, tmp_path, monkeypatch):
+    from queued.job import registry
+    from queued.middleware import client_middleware
+    from queued.server.appcode import AppCode, _Registries
+    from queued.server.loader import LIVE
+    saved = _Registries.capture()
+    registry.restore({})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "gatehold.py").write_text(
+        "import threading\nSTARTED, GATE = threading.Event(), threading.Event()\n")
+    import gatehold
+    code_file = tmp_path / "gatedjobs.py"
+    code_file.write_text(GATED_V1)
+    try:
+        # Given a master running v1 (a class and a client middleware), its workers forked
+        code = AppCode(str(tmp_path))
+        code.load([str(code_file)])
+        old_class = registry.lookup("Gated")
+        cfg = config.from_dict({"redis_url": redis_url, "concurrency": 2,
+                                "require": [str(code_file)]}, environ={})
+        m = Master(cfg, code=code, reread=lambda: cfg)
+        m._spawn()
+        started(m)
+        assert len(m.workers) == 2
+        # When a HUP brings v2, whose import is still going on (held at the gate)
+        code_file.write_text(GATED_V2 + "\n")
+        m._hup("SIGHUP")
+        assert gatehold.STARTED.wait(10) and m.loading is not None and not m.loading.done
+        # Then the loop's parts read what v1 registered, though the registries are the
+        # loader's (emptied, being filled again)
+        assert registry.lookup("Gated") is None and len(client_middleware) == 0
+        assert m.app.lookup("Gated") is old_class
+        assert [c.__name__ for c in m.scheduler.chain] == ["Tagger"]
+        assert [c.__name__ for c in m.periodic.chain] == ["Tagger"]
+        assert m.exits.app is m.app
+        # And nothing is forked meanwhile: a worker gone is not replaced yet
+        gone = m.workers.pop(next(iter(m.workers)))  # (as reaped)
+        m.children.free.add(gone.slot)
+        forked_before = set(m.workers)
+        m._spawn()
+        assert set(m.workers) == forked_before
+        # When the import ends, the next turn applies v2 and forks again
+        gatehold.GATE.set()
+        assert m.loading.join(10)
+        m._reloaded()
+        assert m.loading is None and m.app is LIVE and m.scheduler.chain is client_middleware
+        assert registry.lookup("Gated") is not old_class and len(client_middleware) == 0
+        assert m.rollout.active
+        m._spawn()
+        assert len(m.workers) > len(forked_before)
+    finally:
+        gatehold.GATE.set()
+        saved.restore()
+        sys.modules.pop("gatedjobs", None)
+        sys.modules.pop("gatehold", None)

@@ -10,6 +10,8 @@ import queued
 from queued import tracking
 from queued.keys import TASK_STATES, Keys
 from queued.middleware import Chain
+from queued.server.fetch import GONE, REFUSED, WRITTEN, failure_call
+from queued.server.scripts import FAIL
 from queued.task import CHUNK, Task
 from queued.tracking import Move
 
@@ -126,6 +128,26 @@ def test_pushes_with_client_middleware_join_the_task_too(producer, r):
     assert state_sets(r, task.id)["enqueued"] == set(jids)
 
 
+def test_a_jid_already_in_the_task_is_not_pushed_again(producer, r, caplog):
+    # Given a task with a job under a fixed jid, and one a foreign producer's job started
+    task = Task()
+    with task.batch():
+        producer.push({"class": Register, "args": [1], "jid": "fixed"})
+    tracking.mark(r, KEYS, Move(task.id, "foreign", "working"),
+                  tracking.record_json({"class": "Ruby::Job", "args": []}, "promo"))
+    # When later blocks push those jids again, to a queue and to the schedule
+    with task.batch():
+        producer.push({"class": Register, "args": [2], "jid": "fixed"})
+        producer.push({"class": Register, "args": [3], "jid": "foreign", "at": 9e9})
+        new = Register.perform_async(4)
+    # Then only the new job is pushed; the others keep their first record, and it is logged
+    assert [j["jid"] for j in queue_jobs(r, "promo")] == [new, "fixed"]
+    assert r.zcard("schedule") == 0
+    assert task.job("fixed")["args"] == [1] and task.job("foreign")["class"] == "Ruby::Job"
+    assert task.progress()["total"] == 3
+    assert f"task {task.id}: 2 job(s) not pushed: their jid is already in the task" in caplog.text
+
+
 # --- completing ------------------------------------------------------------------------------
 
 def test_a_task_filled_in_batches_completes_only_once_sealed(producer, r):
@@ -227,6 +249,103 @@ def test_on_success_comes_once_when_a_dead_job_of_a_complete_task_is_retried(pro
     # Then on_success comes, once; on_complete does not come again
     assert len(callbacks(r)) == 1 and r.llen("queue:default") == 1
     assert task.progress()["success"] is True
+
+
+# --- a callback's queue key of another type (issue 16.1.5) --------------------------------------
+
+RESERVED = KEYS.reserved("host:1:abc", 0)
+
+
+def reserve(r, msg: dict) -> bytes:
+    """Put a job in a slot's reserved set as reserve.lua does; its member."""
+    member = f"{msg['queue']}\0tok\0".encode() + json.dumps(msg).encode()
+    r.zadd(RESERVED, {member: 9e9})
+    return member
+
+
+def end(r, task, member: bytes, jid: str, kind="done", state="finished", err=""):
+    """A job's end as a worker writes it (fail.lua: its reservation and its task state)."""
+    ks, args = failure_call(KEYS, RESERVED, member, kind, 0.0, "", 3600, 10_000,
+                            task=Move(task.id, jid, state, err))
+    return int(FAIL(r, ks, args))
+
+
+@pytest.mark.parametrize("kind,state", [("done", "finished"), ("drop", "failed")])
+def test_a_last_end_whose_callback_queue_is_another_type_writes_nothing_until_it_is_fixed(
+        producer, r, kind, state):
+    # Given a task with one job left, reserved by a worker, and its callbacks' queue key
+    # overwritten with a string
+    task = Task(on_complete=WhenDone)
+    with task:
+        jid = Register.perform_async(1)
+    (payload,) = queue_jobs(r, "promo")
+    member = reserve(r, payload)
+    r.set("queue:callbacks", "oops")
+    # When the job's end is written
+    err = tracking.error_json("JobFailed", "no", final=True) if state == "failed" else ""
+    # Then it is refused before any write: the reservation stays (marked, as fail.lua does
+    # for a retry key of another type), the job is where it was in the task, nothing is
+    # marked complete (task.lua wrote completed_at, then the callback's LPUSH failed: the
+    # end run again found its reservation gone, and the callback was lost for good)
+    assert end(r, task, member, jid, kind, state, err) == REFUSED
+    assert r.zrange(RESERVED, 0, -1, withscores=True) == [(member, -1.0)]
+    assert state_sets(r, task.id)["enqueued"] == {jid}
+    assert task.progress()["complete"] is False
+    assert r.get("queue:callbacks") == b"oops"
+    # And once the key is fixed, the same end goes through, and the callback comes once
+    r.delete("queue:callbacks")
+    assert end(r, task, member, jid, kind, state, err) == WRITTEN
+    assert [j["class"] for j in callbacks(r)] == ["WhenDone"]
+    assert task.progress()["complete"] is True and state_sets(r, task.id)[state] == {jid}
+    assert end(r, task, member, jid, kind, state, err) == GONE
+    assert len(callbacks(r)) == 1
+
+
+def test_an_end_that_does_not_complete_the_task_is_not_held_by_a_callback_queue(producer, r):
+    # (only the move that completes the task pushes a callback: the others go through)
+    task = Task(on_complete=WhenDone)
+    with task:
+        first, second = Register.perform_bulk([[1], [2]])
+    a = reserve(r, next(j for j in queue_jobs(r, "promo") if j["jid"] == first))
+    r.set("queue:callbacks", "oops")
+    assert end(r, task, a, first) == WRITTEN
+    assert state_sets(r, task.id)["finished"] == {first}
+    # and a queue key of another type for a callback already pushed holds nothing back
+    r.delete("queue:callbacks")
+    move(r, task, second, "finished")
+    r.set("queue:callbacks", "oops")
+    b = reserve(r, next(j for j in queue_jobs(r, "promo") if j["jid"] == second))
+    assert end(r, task, b, second) == WRITTEN
+
+
+def test_a_mark_or_a_seal_that_would_complete_into_a_broken_queue_is_refused(producer, r):
+    # Given a task whose every job is final but one, and its callbacks' queue a string
+    task = Task(on_complete=WhenDone, on_success=WhenOk)
+    with task.batch():
+        first, last = Register.perform_bulk([[1], [2]])
+    move(r, task, first, "finished")
+    move(r, task, last, "finished")
+    r.set("queue:default", "oops")  # on_success's queue (WhenOk's)
+    # When the producer seals it: refused, naming the key; nothing written (still open)
+    with pytest.raises(tracking.CallbackBlocked, match="queue:default holds another Redis"):
+        task.seal()
+    assert task.info()["sealed"] is False and callbacks(r) == []
+    # And a mark that would complete it (an operator's removal) is refused the same way
+    r.delete("queue:default")
+    task.seal()
+    assert len(callbacks(r)) == 1 and r.llen("queue:default") == 1
+    other = Task(on_complete=WhenDone)
+    with other:
+        jid = Register.perform_async(3)
+    r.set("queue:callbacks", "oops")
+    with pytest.raises(tracking.CallbackBlocked, match="queue:callbacks"):
+        tracking.mark(r, KEYS, Move(other.id, jid, "error",
+                                    tracking.error_json("Removed", "deleted", final=True)))
+    assert state_sets(r, other.id)["enqueued"] == {jid}
+    r.delete("queue:callbacks")
+    assert tracking.mark(r, KEYS, Move(other.id, jid, "error",
+                                       tracking.error_json("Removed", "deleted", final=True)))
+    assert [j["args"][0] for j in callbacks(r)] == [other.id]
 
 
 # --- records -----------------------------------------------------------------------------------

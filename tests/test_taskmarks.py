@@ -96,3 +96,52 @@ def test_a_filtered_bulk_delete_marks_exactly_the_task_jobs_it_removed(producer,
     assert states(r, task) == {"error": set(in_task)}
     assert {e.jid for e in admin.retries.scan()} == set(outside)
     assert task.progress()["complete"] is True
+
+
+def test_deleting_a_dead_job_of_a_task_keeps_its_real_error(producer, r):
+    # Given a task whose job died (a final error, as its failure path left it)
+    task = Task("dead delete")
+    with task:
+        (dead,) = Listing.perform_bulk([[1]])
+    fail_into(r, "dead", dead, final=True)
+    before = task.job(dead)["error"]
+    admin = api.Admin(r)
+    # When an operator deletes it from dead
+    assert admin.dead.delete(admin.dead.find(dead))
+    # Then its task keeps the error it died with (the job was final already)
+    assert task.job(dead)["error"] == before
+    assert before["message"] == "shop API timed out"
+    assert states(r, task) == {"error": {dead}}
+    # and so does a bulk delete from dead
+    with Task("dead bulk delete") as bulk:
+        (other,) = Listing.perform_bulk([[2]])
+    fail_into(r, "dead", other, final=True)
+    kept = bulk.job(other)["error"]
+    assert admin.dead.delete_all(api.Filter.of(error="shop API")) == 1
+    assert bulk.job(other)["error"] == kept
+
+
+def test_clearing_a_whole_set_or_queue_tells_the_tasks_of_the_jobs_it_held(producer, r):
+    # Given a task with one job retrying, one scheduled and one waiting in its queue, and
+    # jobs outside any task in each place
+    task = Task("clears", on_complete=RemovalsDone)
+    with task:
+        retrying, waiting = Listing.perform_bulk([[1], [2]])
+        later = Listing.perform_in(3600, 3)
+    fail_into(r, "retry", retrying, final=False)
+    Listing.perform_in(3600, 4)
+    outside = Listing.perform_async(5)
+    admin = api.Admin(r)
+    # When each place is cleared whole
+    assert admin.retries.delete_all() == 1
+    assert admin.scheduled.delete_all() == 2
+    assert admin.queue("default").clear() == 2
+    # Then each of the task's jobs is a final error saying how it went, the task completed,
+    # and nothing is left
+    assert states(r, task) == {"error": {retrying, later, waiting}}
+    assert task.job(later)["error"]["message"] == "deleted by an operator from the schedule"
+    assert task.job(waiting)["error"]["message"] == "deleted by an operator from queue default"
+    assert task.progress()["complete"] is True
+    assert r.llen("queue:callbacks") == 1
+    assert not r.exists("retry", "schedule", "queue:default") and outside
+    assert r.keys("queued:snapshot:*") == []

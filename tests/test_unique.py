@@ -150,7 +150,7 @@ def test_clearing_a_queue_or_the_schedule_gives_their_jobs_locks_up(producer, r)
     assert holder(r, "Report", ["c3"]) is not None  # scheduled: not in that queue
     assert admin.scheduled.delete_all() == 1
     assert holder(r, "Report", ["c3"]) is None
-    assert r.keys("queued:clearing:*") == [] and not r.sismember("queues", "default")
+    assert r.keys("queued:snapshot:*") == [] and not r.sismember("queues", "default")
 
 
 def test_locks_are_listed_and_given_up_by_hand(producer, r):

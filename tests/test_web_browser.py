@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 
-import httpx
 import pytest
 from playwright.sync_api import sync_playwright
 
 import jobs
 import taskjobs
-from conftest import IN_CI, free_port
+from conftest import IN_CI
 from harness import ROOT, counts, wait_for
+from webserve import serve
 
 
 CHROMIUM = "/usr/bin/chromium"
@@ -44,27 +42,10 @@ def browser():
 
 @pytest.fixture(scope="module")
 def web(redis_server, tmp_path_factory):
-    """``queuedctl web`` on a free loopback port; its base URL. Stopped by PID."""
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("web") / "web.log", "wb")
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    env.pop("REDIS_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "queued.admin.ctl", "web", "--redis",
-                             redis_server.url, "--bind", f"127.0.0.1:{port}", "--poll", "0.5"],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    base = f"http://127.0.0.1:{port}"
-
-    def up():
-        try:
-            return httpx.get(base + "/stats", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return proc.poll() is not None  # died: stop waiting, the assert below says so
-    wait_for(up, 20, what="queuedctl web to answer")
-    assert proc.poll() is None, open(log.name).read()
-    yield base
-    proc.terminate()
-    proc.wait(10)
-    log.close()
+    """``queuedctl web`` on a free loopback port; its base URL."""
+    log = tmp_path_factory.mktemp("web") / "web.log"
+    with serve(redis_server.url, str(log), "--poll", "0.5") as base:
+        yield base
 
 
 @pytest.fixture
@@ -262,6 +243,59 @@ def test_pause_from_queues_stops_the_daemon_taking_from_that_queue(page, daemon,
     page.wait_for_selector("#queues tr[data-queue=low] .badge.ok")
     wait_for(lambda: all(counts(r, jobs.DONE).get(j) == 1 for j in held), 10,
              what="low's jobs after the unpause")
+
+
+#: Names that mean something in a URL (issue 16): each row must act on its own queue or job.
+URL_NAMES = ["critical?old", "critical", "a#b", "p%41", "mailers/high", "", "..", "ünï cødé"]
+
+
+def row(table: str, attribute: str, value: str) -> str:
+    return f"#{table} tr[{attribute}={json.dumps(value, ensure_ascii=False)}]"
+
+
+def test_each_queue_row_opens_and_clears_its_own_queue(page, r):
+    # Given queues whose names hold ? # % / .. and the empty name, each with i + 1 jobs
+    for i, name in enumerate(URL_NAMES):
+        r.sadd("queues", name)
+        r.lpush(f"queue:{name}", *(payload(f"{i}-{k}", queue=name) for k in range(i + 1)))
+    for i, name in enumerate(URL_NAMES):
+        # When its row's link is clicked, Then its own page opens, with its own jobs
+        page.goto("/queues")
+        page.click(f"{row('queues', 'data-queue', name)} td a")
+        page.wait_for_selector("#jobs")
+        assert page.text_content("main h1 code") == name
+        assert page.locator("#jobs tbody tr").count() == i + 1
+    shot(page, "queues-odd-names")
+    for i, name in enumerate(URL_NAMES):
+        # When its row's Clear is pressed on the list (and confirmed)
+        before = {n: r.llen(f"queue:{n}") for n in URL_NAMES}
+        page.goto("/queues")
+        page.click(f"{row('queues', 'data-queue', name)} button[value=clear]")
+        page.wait_for_selector("p.flash")
+        # Then exactly that queue was cleared
+        assert page.inner_text("p.flash") == f"cleared {name}: {i + 1} jobs deleted"
+        assert {n: r.llen(f"queue:{n}") for n in URL_NAMES} == {**before, name: 0}
+
+
+def test_each_dead_row_opens_and_deletes_its_own_job(page, r):
+    # Given dead jobs whose jids hold / ? # % and the empty jid
+    jids = ["ab/cd", "x?y#z", "p%41", "", "..", "plain"]
+    r.zadd("dead", {failed(jid, args=[i]): time.time() - i for i, jid in enumerate(jids)})
+    for jid in jids:
+        # When its row's link is clicked, Then its own job's page opens
+        page.goto("/dead")
+        page.click(f"{row('jobs', 'data-jid', jid)} td:nth-child(2) a")
+        page.wait_for_selector("#job")
+        assert page.text_content("main h1 code") == jid
+    for jid in jids:
+        # When its row is ticked and deleted, Then exactly that job is gone
+        page.goto("/dead")
+        page.check(f"{row('jobs', 'data-jid', jid)} input[type=checkbox]")
+        page.click("#selected button[value=delete]")
+        page.wait_for_selector("p.flash")
+        assert page.inner_text("p.flash") == "deleted 1 job"
+        left = {json.loads(m)["jid"] for m in r.zrange("dead", 0, -1)}
+        assert jid not in left and len(left) == len(jids) - 1 - jids.index(jid)
 
 
 def test_quiet_from_busy_shows_quiet(page, daemon, r):

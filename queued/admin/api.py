@@ -24,6 +24,7 @@ import redis as redis_lib
 from ..connection import make_redis
 from ..keys import COUNTERS, Keys
 from ..payload import job_class_name
+from .deadlimits import DeadLimits
 from .entries import Entry, Filter
 from .jobsets import JobSet
 from .limits import LimiterInfo, Limits
@@ -31,7 +32,7 @@ from .locks import LockInfo, Locks
 from .queues import Queue, latency_of
 
 __all__ = ["Admin", "Stats", "Process", "Running", "Queue", "QueueSummary", "JobSet", "Entry",
-           "Filter", "Locks", "LockInfo", "Limits", "LimiterInfo"]
+           "Filter", "DeadLimits", "Locks", "LockInfo", "Limits", "LimiterInfo"]
 
 #: A remote signal left unread for this long is dropped (Sidekiq's EXPIRE on the list).
 SIGNAL_TTL = 60
@@ -41,15 +42,17 @@ class Admin:
     """A handle on one Redis (and namespace) holding Sidekiq-format jobs."""
 
     def __init__(self, redis: redis_lib.Redis | None = None, *, url: str | None = None,
-                 namespace: str | None = None):
+                 namespace: str | None = None, dead_limits: DeadLimits | None = None):
+        """``dead_limits``: how many dead jobs to keep, and how long, when this API kills a
+        job and no live daemon publishes its own bounds (else Sidekiq's: deadlimits.py)."""
         if redis is None:
             redis = make_redis(url or os.environ.get("REDIS_URL") or
                                "redis://127.0.0.1:6379/0", name="queued-admin")
         self.r = redis
         self.keys = Keys(namespace)
-        self.scheduled = JobSet(redis, self.keys, "schedule")
-        self.retries = JobSet(redis, self.keys, "retry")
-        self.dead = JobSet(redis, self.keys, "dead")
+        self.scheduled = JobSet(redis, self.keys, "schedule", dead_limits)
+        self.retries = JobSet(redis, self.keys, "retry", dead_limits)
+        self.dead = JobSet(redis, self.keys, "dead", dead_limits)
         #: unique jobs' locks and rate limiters (issue 21)
         self.locks = Locks(redis, self.keys)
         self.limits = Limits(redis, self.keys)
@@ -166,7 +169,7 @@ class Admin:
         out = []
         for p, work in zip(procs, pipe.execute()):
             for tid, value in sorted(work.items()):
-                out.append(Running.from_work(p.identity, tid.decode(), value, now))
+                out.append(Running.from_work(p.identity, tid.decode(), value, now, p.pid))
         return out
 
 
@@ -286,35 +289,46 @@ class Process:
 
 @dataclass(frozen=True)
 class Running:
+    """A running job, from its process's ``<identity>:workers`` hash. ``worker`` and ``pid``
+    are what the job's log lines say (``pid=4242 tid=w3``): queued writes both beside
+    Sidekiq's fields; for Sidekiq's own processes they are its thread id and the process's
+    pid (its threads share it)."""
     identity: str
     tid: str
     queue: str
     run_at: float | None
     runtime: float | None
     entry: Entry
+    worker: str = ""
+    pid: int | None = None
 
     @classmethod
-    def from_work(cls, identity: str, tid: str, value: bytes, now: float) -> Running:
+    def from_work(cls, identity: str, tid: str, value: bytes, now: float,
+                  process_pid: int | None = None) -> Running:
         try:
             work = json.loads(value)
         except ValueError:
             work = {}
-        payload = work.get("payload") if isinstance(work, dict) else None
+        if not isinstance(work, dict):
+            work = {}
+        payload = work.get("payload")
         # Sidekiq 6 writes the payload as a JSON string, 7+ as an object.
         raw = (payload.encode() if isinstance(payload, str) else
                json.dumps(payload or {}).encode())
-        run_at = _float(work.get("run_at")) if isinstance(work, dict) else None
+        run_at = _float(work.get("run_at"))
         if run_at is not None and run_at > 1e11:  # Sidekiq 8: milliseconds
             run_at /= 1000
-        queue = str(work.get("queue") or "") if isinstance(work, dict) else ""
+        queue = str(work.get("queue") or "")
+        pid = work.get("pid")
+        pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else process_pid
         return cls(identity, tid, queue, run_at, None if run_at is None else now - run_at,
-                   Entry(raw, None, f"queue:{queue}"))
+                   Entry(raw, None, f"queue:{queue}"), str(work.get("worker") or tid), pid)
 
     def as_dict(self) -> dict[str, Any]:
         e = self.entry
-        return {"identity": self.identity, "tid": self.tid, "queue": self.queue,
-                "jid": e.jid, "class": e.klass, "args": e.args, "run_at": self.run_at,
-                "runtime": self.runtime}
+        return {"identity": self.identity, "tid": self.tid, "worker": self.worker,
+                "pid": self.pid, "queue": self.queue, "jid": e.jid, "class": e.klass,
+                "args": e.args, "run_at": self.run_at, "runtime": self.runtime}
 
 
 def _int(value: Any) -> int:

@@ -1,17 +1,19 @@
 """``queuedctl``: the operator's command, over ``queued.api``. The command line and where Redis
-is are here; the commands are in ctlcmds.py (numbers, queues), ctljobs.py (jobs) and
-ctltasks.py (tasks), ctlprocs.py (processes, ping), how they show things in ctlout.py.
+is are here; the commands are in ctlcmds.py (numbers, queues), ctljobs.py (jobs), ctloncall.py
+(errors, find), ctltasks.py (tasks), ctlprocs.py (processes, ping), how they show things in
+ctlout.py (and ctltext.py off a terminal).
 
 Exit status (DESIGN.md's contract): 0 done; 1 the thing asked about is unhealthy or absent (a
-jid not found, no such process, ping failed); 2 usage or config error (argparse's own, a bad
-config file, a missing confirmation); 3 Redis unreachable. Every error is one line on stderr,
+jid not found, no such process or queue, ping failed); 2 usage or config error (argparse's
+own, a bad config file, a question that cannot be asked without --yes); 3 Redis unreachable. Every error is one line on stderr,
 never a traceback.
 
-Redis: ``--redis URL``, else ``-C CONFIG`` (its redis_url or ``:redis:`` mapping, its namespace,
-its embedded_redis socket), else ``$REDIS_URL``, else ``config/sidekiq.yml`` when the working
-directory has one (as ``queued`` reads it), else redis://127.0.0.1:6379/0. With ``-C`` the
-file wins over ``$REDIS_URL`` (the daemon lets the environment win): naming a file is asking
-for the Redis it names; a file that names none falls back to ``$REDIS_URL``.
+Redis, by the daemon's rule (config.choose_redis, one function for both): ``--redis URL``,
+else ``$REDIS_URL``, else the config file's redis_url or ``:redis:`` (``-C CONFIG``, else
+``config/sidekiq.yml`` when the working directory has one, as ``queued`` reads it), else
+redis://127.0.0.1:6379/0; a file's embedded_redis socket replaces them all. The namespace comes
+from ``--namespace``, else the file. (Until issue 16 a ``-C`` file won over ``$REDIS_URL`` here
+while the daemon let the environment win: a probe in a pod given REDIS_URL read another Redis.)
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import argparse
 import os
 import sys
 import textwrap
+from typing import NamedTuple
+
 import redis as redis_lib
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -26,27 +30,32 @@ from redis.retry import Retry
 from .. import __version__, config as config_mod
 from ..connection import client_from_url
 from ..errors import ConfigError
-from ..redisopts import DEFAULT_REDIS_URL, mask_url
-from ..settings import DEFAULT_CONFIG_FILE
-from . import cron, ctlcmds, ctljobs, ctllimits, ctlprocs, ctltasks, ctlweb
+from ..redisopts import mask_url
+from . import cron, ctlcmds, ctljobs, ctllimits, ctloncall, ctlprocs, ctltasks, ctlweb
+from . import ctlout as out
 from .ctlout import INSTALL_HINT, NeedRich, require_rich
+from .deadlimits import DeadLimits
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 #: In the order of --help.
-COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctltasks.COMMANDS, *ctlprocs.COMMANDS,
-            *cron.COMMANDS, *ctllimits.COMMANDS, *ctlweb.COMMANDS]
+COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctloncall.COMMANDS, *ctltasks.COMMANDS,
+            *ctlprocs.COMMANDS, *cron.COMMANDS, *ctllimits.COMMANDS, *ctlweb.COMMANDS]
 
 DESCRIPTION = """\
 Look after the jobs and processes of queued (and Sidekiq) on one Redis: stats, queues,
-the scheduled/retry/dead sets, tasks, periodic jobs, running processes, rate limiters, unique
-locks; retry, delete or kill jobs in bulk; pause queues; quiet, stop or dump processes; a
-health probe."""
+the scheduled/retry/dead sets, what is failing (errors), where a job is (find), tasks,
+periodic jobs, running processes, rate limiters, unique locks; retry, delete or kill jobs in
+bulk; pause queues; quiet, stop or dump processes; a health probe."""
 
 EPILOG = """\
-Redis: --redis URL, else -C CONFIG (its redis_url or :redis:, and namespace), else $REDIS_URL,
-else config/sidekiq.yml if there is one, else redis://127.0.0.1:6379/0.
-Options such as --redis and -C may come before or after the command.
+Redis, by the rule the daemon uses: --redis URL, else $REDIS_URL, else the config file's
+redis_url or :redis: (-C CONFIG, else config/sidekiq.yml if there is one), else
+redis://127.0.0.1:6379/0. The namespace: --namespace, else the file's.
+Options such as --redis, -C, --json and --format may come before or after the command.
+
+output: tables on a terminal; off one (a pipe, a file) one line per row, nothing cut, so
+grep and wc -l work; --json or --format tsv for scripts.
 
 exit status: 0 done; 1 what was asked about is unhealthy or absent; 2 usage or config
 error; 3 Redis unreachable.
@@ -54,8 +63,10 @@ error; 3 Redis unreachable.
 examples:
   queuedctl stats
   queuedctl -C config/sidekiq.yml queues --json
+  queuedctl errors dead               # what is failing, the largest groups first
+  queuedctl find 0123456789abcdef01234567
   queuedctl jobs dead --class Billing::InvoiceJob --error Timeout
-  queuedctl retry dead --class Billing::InvoiceJob --all
+  queuedctl retry dead --class Billing::InvoiceJob --all --yes
   queuedctl task 5f0c...e1 --watch    # a task's progress bar, live
   queuedctl ping --queue default      # a Kubernetes probe: silent, exit 0 when healthy
 Each command has its own --help."""
@@ -67,11 +78,13 @@ def _connection_options(parser: argparse.ArgumentParser) -> None:
     """Where Redis is; accepted before and after the command (SUPPRESS: a subcommand's
     absent option must not overwrite one given before the command)."""
     group = parser.add_argument_group("where Redis is")
-    group.add_argument("--redis", metavar="URL", default=argparse.SUPPRESS,
-                       help="Redis URL (redis://, rediss://, unix://); wins over -C and "
-                            "$REDIS_URL.")
+    group.add_argument("--redis", "--redis-url", dest="redis", metavar="URL",
+                       default=argparse.SUPPRESS,
+                       help="Redis URL (redis://, rediss://, unix://); wins over $REDIS_URL "
+                            "and the file.")
     group.add_argument("-C", "--config", metavar="FILE", default=argparse.SUPPRESS,
-                       help="read redis_url (or :redis:) and namespace from this sidekiq.yml")
+                       help="read redis_url (or :redis:) and namespace from this sidekiq.yml "
+                            "($REDIS_URL wins over its redis_url, as for the daemon)")
     group.add_argument("-e", "--environment", metavar="ENV", default=argparse.SUPPRESS,
                        help="environment section of the -C file (else $APP_ENV, $RAILS_ENV, "
                             "$RACK_ENV, else development)")
@@ -88,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-V", "--version", action="version",
                         version=f"queuedctl (queued) {__version__}")
     _connection_options(parser)
+    ctlcmds.json_flag(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for spec in COMMANDS:
         sub = commands.add_parser(
@@ -104,43 +118,31 @@ def build_parser() -> argparse.ArgumentParser:
 # --- where Redis is -----------------------------------------------------------------------------
 
 def redis_target(args: argparse.Namespace,
-                 environ: dict[str, str] | None = None) -> tuple[str, str | None, str]:
-    """(URL, namespace, where the URL came from)."""
+                 environ: dict[str, str] | None = None) -> Target:
+    """Where Redis is, by the daemon's own rule (config.choose_redis): the config is read as
+    ``queued`` reads it (``-C``, else config/sidekiq.yml in the working directory), with
+    ``--redis`` as the command line's URL, so queuedctl run beside a daemon, with the same
+    file and environment, reads the Redis that daemon uses."""
     environ = dict(os.environ if environ is None else environ)
-    path = getattr(args, "config", None)
-    given_url = getattr(args, "redis", None)
-    if path is None and not given_url and not environ.get("REDIS_URL") and \
-            os.path.isfile(DEFAULT_CONFIG_FILE):
-        path = DEFAULT_CONFIG_FILE
-    url, namespace, source = None, None, None
-    if path is not None:
-        url, namespace, source = _from_file(path, getattr(args, "environment", None), environ)
-    if given_url:
-        url, source = given_url, "--redis"
-    if url is None and environ.get("REDIS_URL"):
-        url, source = environ["REDIS_URL"], "REDIS_URL"
-    if url is None:
-        url, source = DEFAULT_REDIS_URL, "the default"
-    namespace = getattr(args, "namespace", None) or namespace
-    return url, namespace, source
-
-
-def _from_file(path: str, environment: str | None,
-               environ: dict[str, str]) -> tuple[str | None, str | None, str | None]:
-    """The Redis a config file names (None when it names none), its namespace, the source.
-    Read with queued's own loader, so every key and section means what it means to the
-    daemon, and a bad file is the same one-line error."""
-    without_env_url = {k: v for k, v in environ.items() if k != "REDIS_URL"}
-    cfg = config_mod.from_args(argparse.Namespace(config_file=path, environment=environment),
-                               without_env_url)
+    given = argparse.Namespace(config_file=getattr(args, "config", None),
+                               environment=getattr(args, "environment", None),
+                               redis_url=getattr(args, "redis", None))
+    cfg = config_mod.from_args(given, environ)
+    namespace = getattr(args, "namespace", None) or cfg.namespace
+    source = cfg.redis_source
     if cfg.embedded_redis:
-        # The master's own redis-server listens on this socket (queued/server/embedded.py);
-        # the admin side must not import the daemon to ask it.
-        url = f"unix://{os.path.join(cfg.embedded_redis, 'redis.sock')}?db=0"
-        return url, cfg.namespace, f"embedded_redis in {path}"
-    if cfg.redis_source == "the default":
-        return None, cfg.namespace, None
-    return cfg.redis_url, cfg.namespace, path
+        source = f"embedded_redis in {cfg.config_file}"
+    limits = None
+    if cfg.config_file is not None:  # the operator's bounds, when no daemon publishes its own
+        limits = DeadLimits(cfg.dead_max_jobs, cfg.dead_timeout_in_seconds)
+    return Target(config_mod.redis_url_of(cfg), namespace, source, limits)
+
+
+class Target(NamedTuple):
+    url: str
+    namespace: str | None
+    source: str
+    dead_limits: DeadLimits | None
 
 
 def connect(url: str, source: str, timeout: float) -> redis_lib.Redis:
@@ -172,6 +174,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             (args.parser if hasattr(args, "parser") else parser).error(
                 f"unrecognized arguments: {' '.join(extra)}")
         args.jids = [*args.jids, *extra]
+    args.format = getattr(args, "format", None) or out.default_format()
+    args.json = args.format == "json"
+    out.use_format(args.format)
     return args
 
 
@@ -181,16 +186,20 @@ def main(argv: list[str] | None = None) -> int:
     url = None
     try:
         spec.check(args)
-        if spec.tables and not getattr(args, "json", False):
+        if spec.tables and args.format == "table":
             require_rich()
-        url, namespace, source = redis_target(args)
-        client = connect(url, source, getattr(args, "timeout", 5.0))
-        ctx = ctlcmds.Context(client, namespace, mask_url(url), source)
+        target = redis_target(args)
+        url = target.url
+        client = connect(url, target.source, getattr(args, "timeout", 5.0))
+        ctx = ctlcmds.Context(client, target.namespace, mask_url(url), target.source,
+                              target.dead_limits)
         return spec.run(ctx, args)
     except ctlcmds.Usage as e:
         args.parser.error(str(e))  # exits 2 with the usage line
     except ctlcmds.Unhealthy as e:
         return _fail(str(e), EXIT_UNHEALTHY)
+    except ctlcmds.NeedYes as e:
+        return _fail(str(e), EXIT_USAGE)
     except NeedRich:
         return _fail(INSTALL_HINT.removeprefix("queuedctl: "), EXIT_USAGE)
     except ConfigError as e:

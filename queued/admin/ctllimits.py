@@ -67,12 +67,12 @@ def run_locks(ctx: Context, args) -> int:
     if args.json:
         out.emit_json([lock.as_dict() for lock in locks])
         return 0
-    out.print_table("Unique locks", ["Digest", "Held by (jid)", "Time left"],
+    out.print_table("Unique locks", ["Digest", "JID", "Time left"],
                     [(lock.digest, lock.jid, out.duration(lock.ttl) if lock.ttl is not None
                       else "no TTL") for lock in locks],
-                    caption=out.plural(len(locks), "lock") + (
-                        f" (the first {args.limit})" if len(locks) == args.limit else ""),
-                    right=("Time left",))
+                    caption=out.plural(len(locks), "lock"), right=("Time left",),
+                    more=f"the first {args.limit}; --limit N for more"
+                    if len(locks) == args.limit else None)
     return 0
 
 

@@ -9,18 +9,22 @@ import socket
 import sys
 
 from .ctlcmds import Command, Context, Usage
+from .hosts import parse_host
 
 DEFAULT_BIND = "127.0.0.1:7433"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-INSTALL_HINT = "the dashboard needs the web extra: pip install 'queued[web]'"
+WILDCARD = ("0.0.0.0", "::")
+INSTALL_HINT = "the dashboard needs the web extra: pip install 'queued-jobs[web]'"
 
 EPILOG = """\
 examples:
   queuedctl web                                   # http://127.0.0.1:7433/
   queuedctl -C config/sidekiq.yml web --bind 127.0.0.1:8080
   QUEUED_WEB_AUTH=admin:s3cret queuedctl web --bind 0.0.0.0:7433
+  queuedctl web --bind 127.0.0.1:7433 --allow-host ops.example.com   # behind a proxy
 Anyone who can reach the dashboard can retry, delete and stop: keep it on loopback behind a
-proxy that authenticates (docs/dashboard.md), or give --auth."""
+proxy that authenticates (docs/dashboard.md), or give --auth. Requests naming another host
+than the bound address or an --allow-host name are refused (DNS rebinding)."""
 
 
 def parse_bind(text: str) -> tuple[str, int]:
@@ -42,10 +46,28 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root-path", metavar="PREFIX", default="",
                    help="the path prefix a reverse proxy serves the dashboard under (/queued)")
     p.add_argument("--access-log", action="store_true", help="log every request")
+    p.add_argument("--allow-host", metavar="NAME", action="append", default=[],
+                   help="also answer requests naming this host (NAME on any port, or "
+                        "NAME:PORT; repeatable): the names a proxy or people use. Others than "
+                        "the bound address are refused (DNS rebinding)")
+
+
+def allowed_hosts(host: str, port: int, extra: list[str]) -> list[str]:
+    """The Host values the dashboard answers: its bound address on its port (every loopback
+    name for a loopback or every-address bind), and the names the operator allows."""
+    shown = f"[{host}]" if ":" in host else host
+    names = [f"{shown}:{port}"]
+    if host in LOOPBACK or host.startswith("127.") or host in WILDCARD:
+        names += [f"{n}:{port}" for n in ("127.0.0.1", "localhost", "[::1]")]
+    return names + list(extra)
 
 
 def _check(args: argparse.Namespace) -> None:
     parse_bind(args.bind)
+    for name in args.allow_host:
+        if name != "*" and parse_host(name) is None:
+            raise Usage(f"--allow-host must be a host name, NAME:PORT or [V6]:PORT, "
+                        f"not {name!r}")
     if args.auth is not None and (":" not in args.auth or args.auth.startswith(":")):
         raise Usage("--auth must be USER:PASSWORD")
     if not 0.2 <= args.poll <= 60:
@@ -68,11 +90,17 @@ def run_web(ctx: Context, args: argparse.Namespace) -> int:
         sock.bind((host, port))
     except OSError as e:
         raise Usage(f"cannot listen on {args.bind}: {e.strerror or e}") from None
+    bound = sock.getsockname()[1]
     app = create_app(ctx.client, namespace=ctx.namespace, auth=args.auth,
-                     poll_interval=args.poll)
+                     poll_interval=args.poll, dead_limits=ctx.dead_limits,
+                     allowed_hosts=allowed_hosts(host, bound, args.allow_host))
     shown = f"[{host}]" if ":" in host else host
-    sys.stderr.write(f"queuedctl web: dashboard at http://{shown}:{sock.getsockname()[1]}/ "
+    sys.stderr.write(f"queuedctl web: dashboard at http://{shown}:{bound}/ "
                      f"(Redis {ctx.where}); Ctrl-C stops it\n")
+    if host in WILDCARD and not args.allow_host:
+        sys.stderr.write("queuedctl web: listening on every address, but answering only "
+                         "requests for the loopback names: give --allow-host NAME for the "
+                         "names people reach it by\n")
     if host not in LOOPBACK and not args.auth:
         sys.stderr.write("queuedctl web: warning: listening beyond loopback with no --auth: "
                          "anyone who reaches it can act on your jobs\n")

@@ -4,9 +4,10 @@ match (retry now, delete, kill to dead, reschedule).
 
 Every action is atomic per job and guarded by the job's presence (admin/lua/move.lua): a job
 taken meanwhile by the scheduler, a worker or another admin is simply not acted on, so nothing
-is lost, done twice or left in two places. Bulk actions walk the set with ZSCAN (a job present
-from start to end is seen; one seen twice is harmless), decide in Python, and act in batches of
-``BATCH`` jobs per round trip: retrying 100,000 dead jobs is a few hundred round trips.
+is lost, done twice or left in two places. Bulk actions walk a copy of the set taken when they
+begin (snapshot.py: each job present then is acted on once at most, a job that enters the set
+meanwhile never), decide in Python, and act in batches of ``BATCH`` jobs per round trip:
+retrying 100,000 dead jobs is a few hundred round trips.
 """
 from __future__ import annotations
 
@@ -19,9 +20,12 @@ import redis as redis_lib
 from ..connection import Script
 from ..payload import dumps, with_field
 from ..keys import Keys
+from . import deadlimits
+from .deadlimits import DeadLimits
 from .entries import Entry, Filter
-from .locks import clear_releasing, release_removed
-from .taskmarks import mark_removed
+from .locks import release_removed, release_taken
+from .snapshot import Snapshot
+from .taskmarks import mark_removed, mark_taken
 
 MOVE = Script(os.path.join(os.path.dirname(__file__), "lua"), "move")
 
@@ -30,8 +34,6 @@ BATCH = 500
 #: A kick (a dead job retried by hand) is counted in the job, as Beanstalkd's stats-job counts
 #: kicks; releases and buries are counted by the worker (job operations).
 KICKS = "kick_count"
-#: Sidekiq's dead-set bounds (the daemon's config may set others; the API writes Sidekiq's).
-DEAD_TIMEOUT, DEAD_MAX_JOBS = 180 * 24 * 3600, 10_000
 
 Progress = Callable[[int, int], None]  # (examined so far, acted on so far)
 #: How a set reads in a removed task job's error ("deleted by an operator from the retry set").
@@ -41,11 +43,14 @@ WHERE = {"schedule": "the schedule", "retry": "the retry set", "dead": "the dead
 class JobSet:
     """``schedule``, ``retry`` or ``dead``. Made by ``Admin.scheduled``/``retries``/``dead``."""
 
-    def __init__(self, r: redis_lib.Redis, keys: Keys, name: str):
+    def __init__(self, r: redis_lib.Redis, keys: Keys, name: str,
+                 dead_limits: DeadLimits | None = None):
         self.r = r
         self.keys = keys
         self.name = name
         self.key = getattr(keys, name)
+        #: dead's bounds when no live daemon publishes its own (deadlimits.py)
+        self.dead_limits = dead_limits
 
     def __repr__(self) -> str:
         return f"<JobSet {self.name}>"
@@ -119,12 +124,18 @@ class JobSet:
 
     def delete_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
         if not where:
-            # Nothing to pick by: the whole set goes, in one step, as Sidekiq's clear does
-            # (the unique locks its jobs held go too: a dead job's went at its death).
-            if self.name == "dead":
-                return int(self.r.execute_command("EVAL", _CLEAR, 1, self.key))
-            return clear_releasing(self.r, self.keys, self.key)
+            return self.clear()
         return self._bulk("delete", where, progress)
+
+    def clear(self) -> int:
+        """The whole set, in one step, as Sidekiq's clear does; the number it held. Its task
+        jobs are told afterwards (a dead one is final there already), and its unique jobs'
+        locks given up."""
+        with Snapshot(self.r, self.keys, self.key, "zset", take=True) as snap:
+            if self.name != "dead":  # (a dead job's unique lock went at its death)
+                mark_taken(self.r, self.keys, snap, self.name, WHERE[self.name])
+                release_taken(self.r, self.keys, snap)
+        return snap.count
 
     def kill_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
         if self.name == "dead":
@@ -132,45 +143,49 @@ class JobSet:
         return self._bulk("dead", where, progress)
 
     def _bulk(self, action: str, where: Filter | None, progress: Progress | None) -> int:
-        """Act on every match, BATCH jobs per round trip; the number acted on. Bounded: the
-        walk sees each job present at its start once or twice and stops at the end of the
-        set (jobs added meanwhile may or may not be seen), so it always ends."""
+        """Act on every match among the jobs present when it began, BATCH jobs per round
+        trip; the number acted on. It walks a copy of the set taken in one step
+        (snapshot.py): a job that enters the set meanwhile (a retried job failing back into
+        it, a worker's new failure) is not in the copy, so it is never acted on, and each job
+        of the copy is read once, so none is acted on twice."""
+        where = where or Filter()
+        limits = self._limits() if action == "dead" else None
         done = examined = 0
-        batch: list[Entry] = []
-
-        def flush() -> None:
-            nonlocal done, batch
-            if batch:
-                done += self._act(action, batch)[0]
-                batch = []
-
-        def seen(count: int, _matched: int) -> None:
-            nonlocal examined
-            examined = count
-            flush()
-            if progress:
-                progress(examined, done)
-
-        for entry in self.scan(where, progress=seen):
-            batch.append(entry)
-        flush()
-        if progress:
-            progress(examined, done)
+        with Snapshot(self.r, self.keys, self.key, "zset") as snap:
+            for rows in snap.pages(BATCH):
+                examined += len(rows)
+                batch = [e for e in (Entry(m, s, self.name) for m, s in rows)
+                         if where.matches(e)]
+                if batch:
+                    done += self._act(action, batch, limits=limits)[0]
+                if progress:
+                    progress(examined, done)
+        if progress and not examined:
+            progress(0, 0)
         return done
 
     # --- the script ------------------------------------------------------------------------
-    def _act(self, action: str, entries: Iterable[Entry], score: float = 0.0) -> list[int]:
-        """One move.lua call for ``entries``: [acted on, left (destination of another type)]."""
+    def _limits(self) -> DeadLimits:
+        return deadlimits.resolve(self.r, self.keys, self.dead_limits)
+
+    def _act(self, action: str, entries: Iterable[Entry], score: float = 0.0,
+             limits: DeadLimits | None = None) -> list[int]:
+        """One move.lua call for ``entries``: [acted on, left (destination of another type)].
+        A kill trims dead to ``limits`` (else the bounds deadlimits.py finds now)."""
         now = time.time()
         keys = [self.key, self.keys.queues, self.keys.dead]
-        args: list = [action, repr(now), repr(now - DEAD_TIMEOUT), -DEAD_MAX_JOBS]
+        if action == "dead" and limits is None:
+            limits = self._limits()
+        args: list = [action, repr(now), *(limits or deadlimits.SIDEKIQ).trim_args(now)]
         entries = list(entries)
         for entry in entries:
             data, queue = self._written(action, entry, now, score)
             keys.append(self.keys.queue(queue) if action == "queue" else self.key)
             args += [entry.raw, data, queue]
         done, left, tasks, uniques = MOVE(self.r, keys, args)
-        if tasks and action in ("delete", "dead"):
+        # A job deleted from dead is final in its task already: its record keeps the error
+        # it died with (taskmarks.py).
+        if tasks and action in ("delete", "dead") and self.name != "dead":
             mark_removed(self.r, self.keys, [entries[i - 1] for i in tasks], action,
                          WHERE[self.name])
         if uniques and action in ("delete", "dead"):
@@ -207,6 +222,3 @@ class JobSet:
         msg["enqueued_at"] = now
         return dumps(msg)
 
-
-# Sidekiq's JobSet#clear: the whole set, one command (UNLINK), the count it held.
-_CLEAR = "local n = redis.call('ZCARD', KEYS[1]); redis.call('UNLINK', KEYS[1]); return n"

@@ -7,8 +7,8 @@ a job was deleted from its Web UI (its #5917). So each removal path gives the re
 locks up, only for the jobs it removed, and only where that jid still holds the lock (a lock
 taken since by a later push is that push's): a delete or kill from a set (jobsets.py, told by
 move.lua which removed jobs were unique), a delete from a queue (queues.py), and a clear (the
-whole key renamed away in one step, its unique jobs read back by a script that returns only
-them, then unlinked). A retry by hand keeps the job pending: its lock stays (a job retried from
+whole key taken away in one step, snapshot.py, its unique jobs read back from the copy by a
+script that returns only them). A retry by hand keeps the job pending: its lock stays (a job retried from
 dead, whose lock went at its death, takes it again as it starts).
 
 Listing walks the keys with SCAN: there is no index of locks on purpose (unique.py).
@@ -26,9 +26,9 @@ from .. import unique
 from ..connection import Script
 from ..keys import Keys
 from .entries import Entry
+from .snapshot import Snapshot
 
 _LUA = os.path.join(os.path.dirname(__file__), "lua")
-CLEAR = Script(_LUA, "clear")
 CLEAR_UNIQUE = Script(_LUA, "clear_unique")
 #: Members read per script call when a cleared key is searched for unique jobs.
 CHUNK = 1000
@@ -49,25 +49,17 @@ def release_removed(r: redis_lib.Redis, keys: Keys, entries: Iterable[Entry]) ->
     return unique.release(r, keys, [e.msg for e in entries])
 
 
-def clear_releasing(r: redis_lib.Redis, keys: Keys, key: str,
-                    queue: list[str] | None = None) -> int:
-    """Clear ``key`` (a queue list, the schedule or retry zset) in one step, then give up the
-    locks its unique jobs held; the number of jobs it held. ``queue``: [the queues set, the
-    queue's name], to take the queue out of the list of queues in the same step."""
-    temp = keys.clearing(os.urandom(8).hex())
-    ks, args = [key, temp], []
-    if queue:
-        ks.append(queue[0])
-        args.append(queue[1])
-    held = int(CLEAR(r, ks, args))
-    if held:
-        kind = "list" if r.type(temp) == b"list" else "zset"
-        for start in range(0, held, CHUNK):
-            found = CLEAR_UNIQUE(r, [temp], [kind, start, start + CHUNK - 1])
-            if found:
-                unique.release(r, keys, [_parsed(m) for m in found])
-        r.unlink(temp)
-    return held
+def release_taken(r: redis_lib.Redis, keys: Keys, snap: Snapshot) -> int:
+    """Give up the locks of the unique jobs of a whole queue or set removed in one step (a
+    clear: Snapshot(take=True)). The copy is searched by a script, a page at a time, which
+    returns only the members that name ``unique_for``, so the jobs cross the network only when
+    they are unique; how many locks were given up."""
+    released = 0
+    for start in range(0, snap.count, CHUNK):
+        found = CLEAR_UNIQUE(r, [snap.key], [snap.kind, start, start + CHUNK - 1])
+        if found:
+            released += unique.release(r, keys, [_parsed(m) for m in found])
+    return released
 
 
 def _parsed(member: bytes) -> dict | None:

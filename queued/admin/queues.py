@@ -13,8 +13,9 @@ import redis as redis_lib
 from ..payload import to_epoch
 from ..keys import Keys
 from .entries import Entry, Filter
-from .locks import clear_releasing, release_removed
-from .taskmarks import mark_removed
+from .locks import release_removed, release_taken
+from .snapshot import Snapshot
+from .taskmarks import mark_removed, mark_taken
 
 Progress = Callable[[int, int], None]  # (examined so far, removed so far)
 
@@ -50,33 +51,46 @@ class Queue:
 
     def clear(self) -> int:
         """Drop every job of the queue and the queue from ``queues``, in one step (Sidekiq's
-        Queue#clear); the number of jobs it held. The unique locks its jobs held are given up
-        (locks.py: read from the cleared jobs, after the step)."""
-        return clear_releasing(self.r, self.keys, self.key, [self.keys.queues, self.name])
+        Queue#clear); the number of jobs it held. Its task jobs are told afterwards, and its
+        unique jobs' locks given up."""
+        with Snapshot(self.r, self.keys, self.key, "list", take=True,
+                      also=lambda pipe: pipe.srem(self.keys.queues, self.name)) as snap:
+            mark_taken(self.r, self.keys, snap, self.source, f"queue {self.name}")
+            release_taken(self.r, self.keys, snap)
+        return snap.count
 
     def page(self, offset: int = 0, limit: int = 25) -> list[Entry]:
         """Jobs in the order they will run (the next one first)."""
         end = -1 - offset
         rows = self.r.lrange(self.key, max(end - limit + 1, -10**12), end) if limit else []
-        return [Entry(raw, None, f"queue:{self.name}") for raw in reversed(rows)]
+        return [Entry(raw, None, self.source) for raw in reversed(rows)]
 
     def scan(self, where: Filter | None = None, *, limit: int | None = None,
              batch: int = 1000) -> Iterator[Entry]:
-        """Every job (that matches ``where``), next to run first, a page at a time. A queue
-        moves while it is read: a job taken meanwhile may be skipped, one may be seen twice."""
+        """Every job (that matches ``where``), next to run first; ``limit``: the first so
+        many. The queue is read from the end producers push to, because workers take from
+        the other end: read from theirs, each job taken shifted the pages under the walk and
+        jobs were skipped (issue 16). A job pushed meanwhile shifts the walk back instead, and
+        a job read again is given once (so jobs with the very same bytes are one). A job
+        taken by a worker meanwhile may still be given: acting on it finds it gone."""
         where = where or Filter()
-        found, offset = 0, 0
+        found: list[Entry] = []
+        seen: set[bytes] = set()
+        start = 0
         while True:
-            rows = self.page(offset, batch)
-            for entry in rows:
+            rows = self.r.lrange(self.key, start, start + batch - 1)
+            for raw in rows:
+                if raw in seen:
+                    continue
+                entry = Entry(raw, None, self.source)
                 if where.matches(entry):
-                    found += 1
-                    yield entry
-                    if limit is not None and found >= limit:
-                        return
+                    seen.add(raw)
+                    found.append(entry)
             if len(rows) < batch:
-                return
-            offset += batch
+                break
+            start += batch
+        found.reverse()
+        return iter(found if limit is None else found[:limit])
 
     def find(self, jid: str) -> Entry | None:
         return next(self.scan(Filter.of(jids=[jid]), limit=1), None)
@@ -92,27 +106,38 @@ class Queue:
     def delete_all(self, where: Filter | None = None, progress: Progress | None = None,
                    batch: int = 500) -> int:
         """Remove every job that matches ``where`` (with no filter: clear()); the number
-        removed. The matches are read first and then removed by their exact bytes, ``batch``
-        per round trip: removing while paging would shift the pages under the walk and skip
-        jobs. A job a worker took meanwhile is simply not found. Each removal is an LREM
+        removed. It reads a copy of the queue taken when it begins (snapshot.py), ``batch``
+        jobs per round trip, and removes each match from the queue by its exact bytes: workers
+        taking jobs meanwhile cannot make it skip one (issue 16), a job they took first is
+        simply not found, and a job pushed meanwhile is never removed. Each removal is an LREM
         (O(queue length)), as Sidekiq's Job#delete: fine for thousands, slow for a million."""
         if not where:
             return self.clear()
-        matches = list(self.scan(where))
-        done = 0
-        for start in range(0, len(matches), batch):
-            pipe = self.r.pipeline(transaction=False)
-            chunk = matches[start:start + batch]
-            for entry in chunk:
-                pipe.lrem(self.key, 1, entry.raw)
-            removed = pipe.execute()
-            done += sum(removed)
-            gone = [e for e, n in zip(chunk, removed) if n]
-            mark_removed(self.r, self.keys, gone, "delete", f"queue {self.name}")
-            release_removed(self.r, self.keys, gone)
-            if progress:
-                progress(min(start + batch, len(matches)), done)
+        done = examined = 0
+        with Snapshot(self.r, self.keys, self.key, "list") as snap:
+            for rows in snap.pages(batch):
+                examined += len(rows)
+                chunk = [e for e in (Entry(raw, None, self.source) for raw in rows)
+                         if where.matches(e)]
+                if chunk:
+                    done += self._remove(chunk)
+                if progress:
+                    progress(examined, done)
         return done
+
+    def _remove(self, entries: list[Entry]) -> int:
+        pipe = self.r.pipeline(transaction=False)
+        for entry in entries:
+            pipe.lrem(self.key, 1, entry.raw)
+        removed = pipe.execute()
+        gone = [e for e, n in zip(entries, removed) if n]
+        mark_removed(self.r, self.keys, gone, "delete", f"queue {self.name}")
+        release_removed(self.r, self.keys, gone)
+        return sum(removed)
+
+    @property
+    def source(self) -> str:
+        return f"queue:{self.name}"
 
 
 def latency_of(oldest: bytes | None, now: float | None = None) -> float:

@@ -11,19 +11,30 @@
 -- ARGV[2]  the tick's member in KEYS[2]
 -- ARGV[3]  the payload   ARGV[4] queue name   ARGV[5] last_enqueue_time text
 -- ARGV[6]  the jid_history entry   ARGV[7] entries kept   ARGV[8] ticks older than this forgotten
+-- ARGV[9]  how far (seconds) a tick may be ahead of Redis's clock
 -- Returns 'enqueued', 'done' (this tick or a later one was pushed), 'disabled', 'missing'
--- (no such schedule) or 'wrongtype' (KEYS[4] is not a list; nothing written).
+-- (no such schedule), 'wrongtype' (KEYS[4] is not a list; nothing written) or 'ahead' (the
+-- tick is more than ARGV[9] s ahead of Redis's clock; nothing written).
 --
 -- The claim is a compare-and-set on queued_last_tick (ticks only move forward: a master whose
 -- clock lags cannot push an older tick after a newer one) plus ZADD NX on sidekiq-cron's own
 -- set, which a Ruby sidekiq-cron poller on the same Redis also consults.
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
+--
+-- Ticks are judged by Redis's clock (TIME), the one clock every master shares: a master whose
+-- host clock is fast offered ticks minutes early, the compare-and-set recorded them, and once
+-- its clock was corrected every master's ticks were "not newer" and none was pushed until real
+-- time caught up (issue 16.1.6). A tick ahead of Redis's clock is refused ('ahead': the master
+-- then follows Redis's clock, server/periodic.py), and a last tick recorded ahead of it (by
+-- such a master before this check) does not hold later ticks back.if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
 local kind = redis.call('TYPE', KEYS[4])['ok']
 if kind ~= 'none' and kind ~= 'list' then return 'wrongtype' end
 if ARGV[1] ~= '' then
+  local t = redis.call('TIME')
+  local horizon = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[9])
+  if tonumber(ARGV[1]) > horizon then return 'ahead' end
   if redis.call('HGET', KEYS[1], 'status') ~= 'enabled' then return 'disabled' end
   local last = tonumber(redis.call('HGET', KEYS[1], 'queued_last_tick') or '')
-  if last and last >= tonumber(ARGV[1]) then return 'done' end
+  if last and last >= tonumber(ARGV[1]) and last <= horizon then return 'done' end
   redis.call('HSET', KEYS[1], 'queued_last_tick', ARGV[1])
   if redis.call('ZADD', KEYS[2], 'NX', ARGV[1], ARGV[2]) == 0 then return 'done' end
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[8])

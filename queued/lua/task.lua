@@ -94,6 +94,51 @@ local function task_callback(stored, kind, tid, summary, now, prefix, queues_key
   redis.call('LPUSH', prefix .. 'queue:' .. p[1], payload)
 end
 
+-- Whether a key can take a write of this type (missing, or already of it).
+local function task_fits(key, want)
+  local kind = redis.call('TYPE', key)['ok']
+  return kind == 'none' or kind == want
+end
+
+-- Before the first write of a move that may complete the task (fail.lua, task_mark.lua;
+-- task_seal.lua with jid nil): the key a callback would then be pushed into (its queue, or
+-- the queues set) if it holds another Redis type, else nil. The caller then writes nothing.
+-- Redis does not roll a script back: task_settle wrote completed_at and then failed on the
+-- callback's LPUSH, and the end run again found the task complete and pushed nothing: the
+-- callback was lost for good (issue 16.1.5). Cheap first (no callback due, or its keys fine:
+-- one HMGET and a TYPE or two); the task's counts after the move are read only when a key is
+-- wrong, to tell whether this move completes the task. ``expected``: a seal's new total.
+local function task_blocked(t, jid, state, prefix, queues_key, expected)
+  if jid and not TASK_FINAL[state] then return nil end
+  local m = redis.call('HMGET', t.meta, 'sealed', 'completed_at', 'succeeded_at',
+                       'on_complete', 'on_success', 'expected', 'ttl_success')
+  if not m[7] or (jid and m[1] ~= '1') then return nil end
+  local blocked = {}
+  for i, kind in ipairs({'complete', 'success'}) do
+    local stored = m[3 + i]
+    if stored and not m[1 + i] then
+      local key = prefix .. 'queue:' .. cjson.decode(stored)[1]
+      if not task_fits(key, 'list') then blocked[kind] = key
+      elseif not task_fits(queues_key, 'set') then blocked[kind] = queues_key end
+    end
+  end
+  if not blocked.complete and not blocked.success then return nil end
+  local c = task_counts(t)
+  if jid then
+    for _, s in ipairs(TASK_STATES) do
+      if redis.call('SISMEMBER', t[s], jid) == 1 then
+        c[s], c.total = c[s] - 1, c.total - 1
+      end
+    end
+    c[state], c.total = c[state] + 1, c.total + 1
+  end
+  local total = tonumber(expected or m[6] or '')
+  if c.enqueued + c.working + c.retry > 0 or (total and c.total < total) then return nil end
+  if blocked.complete then return blocked.complete end
+  if c.failed + c.error == 0 then return blocked.success end
+  return nil
+end
+
 -- After a job reached a final state, or the task was sealed: is the task complete (sealed,
 -- and every job final)? Then each callback is pushed once, ever: its mark (completed_at,
 -- succeeded_at) is written by the same script that pushes it, and Redis runs scripts one at a

@@ -3,7 +3,8 @@
 -- the lock (queued/unique.py; Sidekiq Enterprise takes the lock in client middleware, a round
 -- trip before the push, so a client killed between the two left a lock with no job behind it).
 -- A job of a task is written with its record and its enqueued state, only if it was pushed: a
--- dropped duplicate is not counted in the task.
+-- dropped duplicate is not counted in the task; and a job whose jid the task already has is
+-- not pushed (nor locked): the same jid is the same job (task_push.lua says why).
 --
 -- KEYS[1]      queues set
 -- KEYS[2]      schedule zset
@@ -14,7 +15,8 @@
 -- ARGV[2]      N, the number of jobs
 -- then         per job: jid, lock TTL in ms, payload, at ('' = to its queue now), queue name,
 --              its record JSON in the task ('' without a task)
--- Returns one 1 (pushed) or 0 (dropped: its lock is held) per job, in order.
+-- Returns one 1 (pushed) or 0 (dropped: its lock is held, or its jid is in the task) per job,
+-- in order.
 local task = ARGV[1] ~= ''
 local k = task and 6 or 4
 local out = {}
@@ -23,7 +25,9 @@ for i = 0, tonumber(ARGV[2]) - 1 do
   local a = 3 + 6 * i
   local jid, payload, at = ARGV[a], ARGV[a + 2], ARGV[a + 3]
   local lock, queue = KEYS[k + 2 * i], KEYS[k + 2 * i + 1]
-  if redis.call('SET', lock, jid, 'NX', 'PX', ARGV[a + 1]) then
+  if task and redis.call('HEXISTS', KEYS[4], jid) == 1 then
+    out[#out + 1] = 0
+  elseif redis.call('SET', lock, jid, 'NX', 'PX', ARGV[a + 1]) then
     if at == '' then
       redis.call('LPUSH', queue, payload)
       queues[ARGV[a + 4]] = true

@@ -27,15 +27,24 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+#: The signals the master handles (master.SIGNALS, but SIGCHLD: its default is to ignore),
+#: recorded from main's first line until the master's own handlers are in (run()), which acts
+#: on them in order of arrival. During boot (loading the job code can take seconds) their
+#: default actions killed the process (TERM, HUP, USR1, USR2), raised KeyboardInterrupt in
+#: the import (INT), or suspended it (TSTP, TTIN): issue 16.1.10.
+EARLY_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                 signal.SIGTSTP, signal.SIGTTIN)
+
+
 def main(argv: list[str] | None = None) -> int:
-    # A TERM during boot (loading job code can take seconds) used to kill the process with
-    # the default action (-15). It is kept and handled once the master is up: a clean stop.
     early: list[int] = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: early.append(signum))
+    previous = {sig: signal.signal(sig, lambda signum, frame: early.append(signum))
+                for sig in EARLY_SIGNALS}
     try:
         return _main(argv, early)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _main(argv: list[str] | None, early: list[int]) -> int:
@@ -52,7 +61,54 @@ def _main(argv: list[str] | None, early: list[int]) -> int:
         return _fail(str(e), APP_LOAD_ERROR)
     except ConfigError as e:
         return _fail(str(e), EXIT_CONFIG_ERROR)
-    logsetup.setup(cfg.log_level, cfg.logfile, log_format=cfg.log_format)
+    try:
+        _setup_logging(cfg)
+        _write_pidfile(cfg)
+    except _FileError as e:
+        return _fail(str(e), EXIT_CONFIG_ERROR)
+    try:
+        return _boot(args, cfg, early, django)
+    finally:
+        _remove_pidfile(cfg)
+
+
+class _FileError(Exception):
+    """A file the daemon writes at boot (``pidfile:``, ``logfile:``) cannot be written: one
+    line and exit 2, so systemd's RestartPreventExitStatus=2 stops the restarts (a traceback
+    and status 1 had systemd restart it every second: issue 16.2)."""
+
+    def __init__(self, cfg, setting: str, path: str, err: OSError):
+        super().__init__(f"{cfg.config_file or 'the configuration'}: {setting}: cannot write "
+                         f"{path} ({err.strerror or err})")
+
+
+def _setup_logging(cfg) -> None:
+    try:
+        logsetup.setup(cfg.log_level, cfg.logfile, log_format=cfg.log_format)
+    except OSError as e:
+        raise _FileError(cfg, "logfile", cfg.logfile, e) from None
+
+
+def _write_pidfile(cfg) -> None:
+    """Before the job code loads (seconds for a big app): a path that cannot be written is
+    known at once, and the pid is there as early as the process is."""
+    if cfg.pidfile:
+        try:
+            with open(cfg.pidfile, "w") as f:
+                f.write(f"{os.getpid()}\n")
+        except OSError as e:
+            raise _FileError(cfg, "pidfile", cfg.pidfile, e) from None
+
+
+def _remove_pidfile(cfg) -> None:
+    if cfg.pidfile:
+        try:
+            os.unlink(cfg.pidfile)
+        except OSError:
+            pass
+
+
+def _boot(args, cfg, early: list[int], django=None) -> int:
     # Taken out of the environment before anything is started (the embedded redis-server,
     # the job code, workers): only the master speaks to systemd.
     notifier = Notifier.from_environ()
@@ -114,14 +170,4 @@ def _run(cfg, early_signals: list[int], embedded=None, notifier=None, code=None,
                  if registry.names() else "")
     else:
         log.info("jobs: %s", ", ".join(sorted(registry.names())))
-    if cfg.pidfile:
-        with open(cfg.pidfile, "w") as f:
-            f.write(f"{os.getpid()}\n")
-    try:
-        return Master(cfg, early_signals, embedded, notifier, code, reread).run()
-    finally:
-        if cfg.pidfile:
-            try:
-                os.unlink(cfg.pidfile)
-            except OSError:
-                pass
+    return Master(cfg, early_signals, embedded, notifier, code, reread).run()

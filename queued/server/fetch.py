@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from typing import Any, NamedTuple, Sequence
 
 import redis
@@ -39,7 +40,7 @@ from .. import connection
 from . import retry
 from .scripts import FAIL, RESERVE
 from ..keys import Keys
-from ..tracking import Move
+from ..tracking import Move, blocked_keys
 
 log = logging.getLogger("queued.fetch")
 
@@ -80,6 +81,9 @@ class _Ahead(NamedTuple):
 
 #: Replies of calls sent ahead that may wait unread; past this they are read at once.
 AHEAD_MAX = 64
+#: A job's end sent ahead that Redis refused before any write (REFUSED) is run again this
+#: often (seconds); the condition is logged at most every HELD_LOG_EVERY seconds.
+HELD_RETRY, HELD_LOG_EVERY = 5.0, 60.0
 
 
 def split_member(member: bytes) -> tuple[str, bytes]:
@@ -158,6 +162,8 @@ class Fetcher:
         #: acks (lists of members) and script calls (_Ahead) sent ahead, replies unread
         self._unread: list[list[bytes] | _Ahead] = []
         self._again: list[_Ahead] = []  # calls sent ahead to run again (see _Ahead)
+        self._held: list[_Ahead] = []  # ends refused before any write, run again at _held_at
+        self._held_at = self._held_logged = 0.0
         self._loaded: set[str] = set()  # SHAs of scripts sent ahead as EVAL on this connection
         # After a broken connection the pending acks may already have been applied (the call
         # ran, its reply was lost), so the next ack finding nothing is no cause for a warning.
@@ -234,6 +240,11 @@ class Fetcher:
                 found = conn.read_response()
             except redis.ResponseError as e:
                 self._unread.pop(0)
+                if isinstance(e, redis.exceptions.NoScriptError) and isinstance(entry, _Ahead):
+                    # Redis lost its scripts (SCRIPT FLUSH, a failover): the next call of
+                    # this script on this connection goes as EVAL again (else every later
+                    # mark of this worker was refused too)
+                    self._loaded.discard(entry.script.sha)
                 if isinstance(entry, _Ahead):
                     # Only a job's end is run again. A mark that only informs is dropped: run
                     # later, it could undo what a later call did (a job's working mark run
@@ -251,6 +262,8 @@ class Fetcher:
                 self._acked(len(entry), found)
             elif entry.keep and found == GONE:
                 self._acked(1, 0)
+            elif entry.keep and found == REFUSED:
+                self._hold(entry)
 
     def _read_acks(self) -> None:
         """Read the replies of the acks sent ahead (they came long ago, as a rule)."""
@@ -318,11 +331,40 @@ class Fetcher:
 
     def _run_again(self) -> None:
         """Run the calls sent ahead that must take effect and did not (see _Ahead), in order;
-        raises as a call does (they stay to be run again)."""
+        raises as a call does (they stay to be run again). Those Redis refused before any
+        write (fail.lua's REFUSED) are run again every HELD_RETRY seconds."""
+        if self._held and time.monotonic() >= self._held_at:
+            self._again += self._held
+            self._held, self._held_at = [], 0.0
         while self._again:
             entry = self._again[0]
-            self._script(entry.script, entry.keys, entry.args)
+            written = self._script(entry.script, entry.keys, entry.args)
             self._again.pop(0)
+            if written == REFUSED:
+                self._hold(entry)
+
+    def _hold(self, entry: _Ahead) -> None:
+        """A job's end refused before any write (a task's callback queue key of another type:
+        fail.lua): the job stays reserved, marked, and the end is run again later."""
+        self._held.append(entry)
+        now = time.monotonic()
+        if not self._held_at:
+            self._held_at = now + HELD_RETRY
+        if now >= self._held_logged + HELD_LOG_EVERY:
+            self._held_logged = now
+            log.error("the end of a job of a task was refused: it would complete the task, "
+                      "and %s holds another Redis type (WRONGTYPE); the job stays reserved "
+                      "and its end is written once the key is fixed (%d held by worker %d)",
+                      self._blocked_keys(entry), len(self._held), self.slot)
+
+    def _blocked_keys(self, entry: _Ahead) -> str:
+        """For the log line: which callback queue keys hold another type (fail.lua's ARGV[11]
+        is the task's id)."""
+        try:
+            found = blocked_keys(self.redis, self.keys, entry.args[10])
+        except (redis.RedisError, OSError, IndexError):
+            found = []
+        return ", ".join(found) or "a callback's queue key"
 
     def run_script(self, script, keys: list, args: list):
         """One script call on the worker's connection, its reply awaited (issue 21's guards:

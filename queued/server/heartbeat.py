@@ -68,6 +68,9 @@ class Heartbeat:
             "pid": os.getpid(), "tag": config.tag, "concurrency": config.concurrency,
             "queues": list(config.queue_names), "labels": list(config.labels),
             "identity": self.identity, "version": __version__,
+            # the dead set's bounds, so the operator's tools trim dead as the daemons do
+            "dead_max_jobs": config.dead_max_jobs,
+            "dead_timeout_in_seconds": config.dead_timeout_in_seconds,
         }, separators=(",", ":"))
 
     def _counts(self, views: Sequence[SlotView]) -> tuple[int, int]:
@@ -100,7 +103,8 @@ class Heartbeat:
                        payloads[0] if payloads else b"{}")
             out[pid_tag(v.pid)] = json.dumps({
                 "queue": v.queue, "payload": raw.decode("utf-8", "replace"),
-                "run_at": int(v.started_at)}, separators=(",", ":"), ensure_ascii=False)
+                "run_at": int(v.started_at), "worker": f"w{v.slot}", "pid": v.pid},
+                separators=(",", ":"), ensure_ascii=False)  # (worker, pid: as log lines say)
         return out
 
     def _rss_kb(self, pids: Sequence[int]) -> int:

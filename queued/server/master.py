@@ -22,13 +22,13 @@ import traceback
 
 import redis
 
-from .. import events
 from . import recovery, titles
 from . import log as logsetup
 from ..connection import make_redis
 from ..errors import EXIT_REDIS_ERROR
 from .heartbeat import Heartbeat, new_identity
 from .jobmetrics import JobMetrics
+from .loader import LIVE, AppView
 from .periodic import Periodic
 from ..keys import Keys
 from .notify import Notifier
@@ -92,9 +92,12 @@ class Master:
         self.children = Children(config, self.table, self.watch, self._make_worker,
                                  self._in_child, SIGNALS)
         self.exits = Exits(self.r, self.keys, self.identity, config, self.table, self.notes,
-                           self._redis_error, self.jobmetrics.count_failure)
+                           self._redis_error, self.jobmetrics.count_failure, self.watch)
         # HUP: the job code (appcode.AppCode, from cli) and the config file, read again
         self.rollout = Rollout(self.children, code, reread or (lambda: self.config))
+        self.loading = None      # a HUP's new code loading in a thread (loader.py)
+        self.hup_again = None    # a HUP that came during it: reloads again once it ends
+        self.app: AppView = LIVE  # the job code's registries as the loop reads them
         self.shown_title = ""
         self.waiting_since: float | None = None  # Redis unreachable at boot since (monotonic)
 
@@ -110,11 +113,12 @@ class Master:
         if not self._connect():
             self.jobmetrics.stop()
             return 0
-        events.fire("startup")
+        self.app.fire("startup")
         try:
             while not self._stopped():
                 self._wait()
                 self._handle_signals()
+                self._reloaded()
                 self.waker.step(wake=self.state == RUNNING)
                 self._reap()
                 self._mind_embedded()
@@ -199,7 +203,12 @@ class Master:
         return True
 
     def _finish(self) -> None:
-        events.fire("shutdown")
+        if self.loading is not None:  # (stopped while a HUP's code loaded: not applied)
+            if self.loading.change is not None:
+                self.loading.change.abort()
+            self.loading = None
+            self._use(LIVE)
+        self.app.fire("shutdown")
         views = self.table.views()
         steps = [lambda: self.heartbeat.clear(views), self.jobmetrics.flush,
                  self.scheduler.resign]
@@ -275,7 +284,7 @@ class Master:
         log.info("%s: quiet; running jobs finish, no new jobs are fetched", why)
         self.state = QUIET
         self.rollout.cancel("quiet")
-        events.fire("quiet")
+        self.app.fire("quiet")
         self._signal_workers(signal.SIGTERM)
         self._resign()
         self.next_beat = 0.0
@@ -303,10 +312,52 @@ class Master:
         if self.state != RUNNING:
             log.info("%s ignored: this master is %s", why, self.state)
             return
-        new = self.rollout.reload(self.config, why)
-        if new is not None:
+        if self.loading is not None:
+            log.info("%s: a reload is under way; the config and code are read again once it "
+                     "ends", why)
+            self.hup_again = why
+            return
+        self.loading = self.rollout.start_reload(self.config, why, self.jobmetrics.prepare,
+                                                 self._wake)
+        if self.loading is not None:
+            self._use(self.loading.view)  # (the registries are the loader's until it ends)
+            self._reloaded()  # (at once when there is no job code to import)
+
+    def _reloaded(self) -> None:
+        """A loop step: once a HUP's new code has loaded (its thread ended), apply the reload,
+        unless the master went quiet or is stopping meanwhile."""
+        loading = self.loading
+        if loading is None or not loading.done:
+            return
+        self.loading = None
+        self._use(LIVE)
+        new = self.rollout.finish_reload(loading)
+        if new is not None and self.state == RUNNING:
+            if loading.change is not None:
+                loading.change.commit()
             self._reconfigure(new)
             self.rollout.begin(time.monotonic())
+        elif new is not None:
+            log.info("%s: the new code loaded, but this master is %s: not applied",
+                     loading.why, self.state)
+            if loading.change is not None:
+                loading.change.abort()
+        if self.hup_again is not None:
+            why, self.hup_again = self.hup_again, None
+            self._hup(why)
+
+    def _use(self, view: AppView) -> None:
+        """The registries the loop's parts read: live, or frozen while a HUP's code loads."""
+        self.app = view
+        self.scheduler.chain = self.periodic.chain = view.client
+        self.exits.app = None if view is LIVE else view
+
+    def _wake(self) -> None:
+        """From the loader thread: a byte 0 into the wakeup pipe (no signal: a turn)."""
+        try:
+            os.write(self.wake_w, b"\0")
+        except (AttributeError, OSError):
+            pass  # (full, or a Master whose loop never ran: it wakes anyway)
 
     def _reconfigure(self, config) -> None:
         """The settings a HUP may change, in the master's parts (rolling.RESTART_ONLY lists
@@ -317,6 +368,7 @@ class Master:
             part.reconfigure(config)
         self.scheduler.config = self.exits.config = config
         self.periodic = Periodic(self.r, self.keys, config)  # (new schedules; synced at once)
+        self.periodic.chain = self.app.client
         self.waker.horizon = config.fetch_timeout
         logging.getLogger("queued").setLevel(config.log_level)
         self.next_beat = 0.0  # a new tag or labels show at once
@@ -361,7 +413,8 @@ class Master:
 
     def _make_worker(self, slot: int) -> Worker:
         return Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid(),
-                      self.notes, self.watch, self.waker.idle_w, metrics=self.jobmetrics.table)
+                      self.notes, self.watch, self.waker.idle_w,
+                      metrics=self.jobmetrics.worker_table)
 
     def _in_child(self) -> None:
         """In a freshly forked worker: forget the master's plumbing."""
@@ -373,11 +426,12 @@ class Master:
         self.jobmetrics.in_child()
 
     def _spawn(self) -> None:
-        if self.state == RUNNING:
+        # (no fork while a HUP's loader thread lives: loader.py)
+        if self.state == RUNNING and self.loading is None:
             self.children.spawn(self.exits.unrecovered)
 
     def _roll(self) -> None:
-        if self.state == RUNNING and self.rollout.active:
+        if self.state == RUNNING and self.rollout.active and self.loading is None:
             self.rollout.step(time.monotonic(), self.config.shutdown_timeout)
 
     def _reap(self) -> None:
@@ -472,7 +526,7 @@ class Master:
         if self.redis_down_since is not None:
             log.info("Redis is back after %.1fs", time.monotonic() - self.redis_down_since)
             self.redis_down_since = None
-        events.fire("heartbeat")
+        self.app.fire("heartbeat")
         if remote:
             log.info("remote signal %s received", remote)
             {"TSTP": self.quiet, "USR1": self.quiet, "TERM": self.stop,

@@ -11,12 +11,19 @@ A tick is pushed late (Redis away, every master down across it) up to ``LATE_LIM
 after its time; a later one is missed, unless the schedule says ``catch_up: true``, which
 pushes the latest missed tick (one job, however many were missed) when a master can.
 
+Ticks are computed from this host's clock but judged by Redis's (cron_enqueue.lua refuses a
+tick ahead of it): a master whose clock is fast learns by how much from the refusal, warns
+naming the host, and follows Redis's clock from then on; when its clock is corrected (it goes
+back) it drops that and plans again from the corrected time (issue 16.1.6: one fast master
+used to stop every master's pushes for as long as it was fast).
+
 This module owns the definitions in Redis (cron_sync.lua, at the first tick of each master's
 life); the status is the operator's (admin/cron.py), the times cron_enqueue.lua's.
 """
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from typing import Callable
 
@@ -38,6 +45,10 @@ log = logging.getLogger("queued.periodic")
 LATE_LIMIT = 60.0
 #: After a Redis error, the next try waits this long (seconds); the master logs the outage.
 RETRY = 1.0
+#: A clock that goes back by more than this (seconds) was corrected: the plan is made again.
+JUMP = 1.0
+#: A host clock found ahead of Redis's is logged at most this often (seconds).
+SKEW_LOG_EVERY = 600.0
 
 
 # --- which schedules --------------------------------------------------------------------------
@@ -108,23 +119,49 @@ class Periodic:
         self.next_at: dict[str, float] = {}   # wall-clock epoch of each schedule's next tick
         self.synced = False
         self.retry_at = 0.0
+        #: seconds this host's clock is ahead of Redis's, learned from a refused tick
+        self.skew = 0.0
+        self.seen = float("-inf")  # the latest now() handed out
+        self.skew_logged = float("-inf")  # (monotonic)
+        #: client middleware (a frozen copy while a HUP's new code loads: server/loader.py)
+        self.chain = client_middleware
 
     def due_in(self) -> float | None:
         """Seconds until this master has periodic work (None: no schedules)."""
         if not self.schedules:
             return None
-        now = self.clock()
+        now = self.now()
         soonest = min(self.next_at.values()) if self.synced else now
         return max(0.0, max(soonest, self.retry_at) - now)
 
     def backoff(self) -> None:
-        self.retry_at = self.clock() + RETRY
+        self.retry_at = self.now() + RETRY
+
+    def now(self) -> float:
+        """The time ticks are computed from: this host's clock, less the skew a refused tick
+        showed. A clock that went back (corrected) is taken as it is again, and every
+        schedule's next look planned anew from it (else it waited for the old plan)."""
+        now = self.clock() - self.skew
+        if now < self.seen - JUMP:
+            if self.skew:
+                log.info("this host's clock went back; periodic ticks follow it again (it was "
+                         "%.1fs ahead of Redis's)", self.skew)
+                self.skew, now = 0.0, self.clock()
+            self._replan(now)
+        self.seen = now
+        return now
+
+    def _replan(self, now: float) -> None:
+        """Each schedule's next look at once, at its latest tick as of ``now``."""
+        if self.synced:
+            for s in self.schedules:
+                self.next_at[s.name] = s.timing.latest(now)
 
     def tick(self) -> None:
         """Push what is due. Redis errors go to the caller (the master logs them once)."""
         if not self.schedules:
             return
-        now = self.clock()
+        now = self.now()
         if now < self.retry_at:
             return
         if not self.synced:
@@ -132,7 +169,8 @@ class Periodic:
         for s in self.schedules:
             if now >= self.next_at[s.name]:
                 try:
-                    self._fire(s, now)
+                    if not self._fire(s, now):
+                        return  # (planned again from Redis's clock: looked at on the next turn)
                 except (redis.RedisError, OSError):
                     raise
                 except Exception:  # noqa: BLE001 - one broken schedule must not stop the master
@@ -169,19 +207,24 @@ class Periodic:
                   "queued_where": s.where}
         return [x for pair in fields.items() for x in pair]
 
-    def _fire(self, s: Schedule, now: float) -> None:
+    def _fire(self, s: Schedule, now: float) -> bool:
+        """Offer the schedule's latest tick; False if it was ahead of Redis's clock (the
+        plan is made again from Redis's)."""
         tick = s.timing.latest(now)
         late = now - tick
         if late > LATE_LIMIT and not s.catch_up:
             log.debug("schedule %s: tick %s is %.0fs old; not pushed (catch_up is off)",
                       s.name, tick, late)
-            return
+            return True
         msg = stamp(self.templates[s.name], s.name, tick, now, codec.new_jid(),
                     metadata=s.include_metadata)
         msg = self._through_middleware(msg)
         if msg is None:
-            return
+            return True
         answer = enqueue(self.r, self.keys, s.name, msg, now, tick)
+        if answer == "ahead":
+            self._ahead(s, tick)
+            return False
         if answer == "enqueued":
             log.info("schedule %s: pushed %s jid=%s to %s for its tick %s (%.3fs late)",
                      s.name, msg["class"], msg["jid"], msg["queue"],
@@ -193,14 +236,31 @@ class Periodic:
         elif answer == "wrongtype":
             log.error("schedule %s: queue key %s holds another Redis type, not a list; its "
                       "tick was not pushed", s.name, self.keys.queue(msg["queue"]))
+        return True
+
+    def _ahead(self, s: Schedule, tick: float) -> None:
+        """A tick refused as ahead of Redis's clock: this host's clock is fast. Learn by how
+        much (Redis's TIME), say so naming the host, and plan again from Redis's time."""
+        secs, micros = self.r.time()
+        redis_now = secs + micros / 1e6
+        self.skew = self.clock() - redis_now
+        self.seen = redis_now
+        self._replan(redis_now)
+        if time.monotonic() - self.skew_logged >= SKEW_LOG_EVERY:
+            self.skew_logged = time.monotonic()
+            log.warning("schedule %s: this host's clock (host %s) is %.1fs ahead of Redis's; "
+                        "its tick %s was refused (ticks are claimed by Redis's clock, which "
+                        "every master shares). This master follows Redis's clock until the "
+                        "host's is fixed (NTP)", s.name, socket.gethostname(), self.skew,
+                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(tick)))
 
     def _through_middleware(self, msg: dict) -> dict | None:
         """Client middleware as a push would run it (the scheduler does the same for due
         jobs). Every master racing for a tick runs it; one push lands."""
-        if not len(client_middleware):
+        if not len(self.chain):
             return msg
         try:
-            reached = client_middleware.reaches_end(msg["class"], msg, msg["queue"])
+            reached = self.chain.reaches_end(msg["class"], msg, msg["queue"])
         except Exception:  # noqa: BLE001 - a broken middleware must not stop the schedules
             log.exception("client middleware raised on periodic job %s; pushed as it was",
                           msg.get(CRON_FIELD))

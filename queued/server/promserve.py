@@ -40,7 +40,7 @@ def _require_client(config):
     except ImportError:
         raise ConfigError(f"{config.config_file or 'the configuration'}: metrics: serving "
                           "Prometheus needs the prometheus_client package, which is not "
-                          "installed (pip install 'queued[metrics]'), or remove metrics:"
+                          "installed (pip install 'queued-jobs[metrics]'), or remove metrics:"
                           ) from None
     return core
 
@@ -53,6 +53,11 @@ class Collector:
         self.table = table
         self.reader = metrics.reader() if metrics is not None else None
         self.concurrency = concurrency
+
+    def set_table(self, metrics: MetricsTable) -> None:
+        """Read ``metrics`` from now on (record_metrics turned on by a HUP: jobmetrics.py)."""
+        if self.reader is None or self.reader.table is not metrics:
+            self.reader = metrics.reader()
 
     def collect(self) -> Iterator:
         yield from self._jobs()
@@ -116,6 +121,10 @@ def _make_server(host: str, port: int, app) -> WSGIServer:
 
 
 class Exporter:
+    """``bind`` (the address is taken, or a ConfigError says why), then ``serve`` (a daemon
+    thread answers). Two steps so a HUP that moves /metrics binds the new address before it
+    commits to the reload, and the old one serves until then (jobmetrics.MetricsChange)."""
+
     def __init__(self, config, table: SlotTable, metrics: MetricsTable | None):
         self.config = config
         self.host, self.port = config.metrics
@@ -125,6 +134,10 @@ class Exporter:
         self.thread = None
 
     def start(self) -> None:
+        self.bind()
+        self.serve()
+
+    def bind(self) -> None:
         """Listen on HOST:PORT, or a ConfigError saying why not (a port taken, a host that is
         not this machine's)."""
         from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -136,6 +149,8 @@ class Exporter:
             raise ConfigError(f"{self.config.config_file or 'the configuration'}: metrics: "
                               f"cannot listen on {self.host}:{self.port} ({e.strerror or e})"
                               ) from None
+
+    def serve(self) -> None:
         self.thread = threading.Thread(target=self.server.serve_forever, name="metrics-http",
                                        daemon=True)
         self.thread.start()
@@ -151,7 +166,8 @@ class Exporter:
     def stop(self) -> None:
         if self.server is None:
             return
-        self.server.shutdown()
+        if self.thread is not None:
+            self.server.shutdown()
+            self.thread.join(5)
         self.server.server_close()
-        self.thread.join(5)
-        self.server = None
+        self.server = self.thread = None

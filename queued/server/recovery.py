@@ -192,19 +192,20 @@ def reap_expired(r: redis.Redis, keys: Keys) -> list[tuple[str, int]]:
 
 
 def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code: int,
-           reason: str, running_jid: str, timeout: float = 0.0) -> Settled:
+           reason: str, running_jid: str, timeout: float = 0.0, app=None) -> Settled:
     """After a worker exited: the job it was running takes the failure path if the master
     killed it for its timeout, or if it has now killed ``max_crashes`` workers (a poison pill),
     else goes back carrying one more crash; everything else the slot holds goes back to the
     head of its queue. Safe to call again after an error: it starts from what Redis holds.
-    Raises Stuck (see requeue_slot) and Redis errors."""
+    Raises Stuck (see requeue_slot) and Redis errors. ``app``: where job classes and error
+    handlers are looked up (server/loader.py's AppView; the live registries by default)."""
     replace: dict[bytes, str | bytes] = {}
     failed, held = False, None
     if running_jid and reason in ("timeout", "crash"):
         current = current_job(r, keys, identity, slot, config.queue_names, jid=running_jid)
         if current is not None:
             failed, held, again = _settle_running(r, keys, identity, config, slot, current,
-                                                  code, reason, timeout)
+                                                  code, reason, timeout, app)
             if again is not None:
                 replace[current.member] = again
     keep = [held.member] if held else []
@@ -213,7 +214,7 @@ def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code
 
 
 def _settle_running(r, keys, identity, config, slot, current: Reservation, code: int,
-                    reason: str, timeout: float):
+                    reason: str, timeout: float, app=None):
     """(failed, held, payload to requeue it with or None)."""
     try:
         msg = codec.loads(current.payload)
@@ -234,7 +235,8 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
             return False, None, codec.with_field(current.payload, msg, codec.CRASHES, crashes)
         exc = WorkerKilled(f"{msg['class']} killed its worker {crashes} times "
                            f"(last: {describe_status(code)}); sent to dead as a poison pill")
-    cls = registry.lookup(activejob.job_name(msg) if activejob.is_wrapped(msg) else msg["class"])
+    lookup = registry.lookup if app is None else app.lookup
+    cls = lookup(activejob.job_name(msg) if activejob.is_wrapped(msg) else msg["class"])
     if reason == "timeout":
         outcome = retry.decide(msg, exc, current.queue, job_class=cls,
                                max_retries=config.max_retries, backtrace_lines=[])
@@ -256,7 +258,8 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
             unique.release(r, keys, [msg])  # (a unique job that died: its lock goes, issue 21)
     else:
         return False, None, None  # recovered by another master meanwhile: it runs there
-    events.report(exc, {"job": msg, "queue": current.queue, "outcome": outcome.kind})
+    (events.report if app is None else app.report)(
+        exc, {"job": msg, "queue": current.queue, "outcome": outcome.kind})
     return True, held, None
 
 

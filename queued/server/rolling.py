@@ -9,8 +9,11 @@ is up), and the master (the PID that systemd, a pidfile or supervisord knows) st
    reload, in a line naming each: the daemon runs one config, the old one or the new one, never
    a mix (a deploy that moves jobs to a new namespace and ships code for it must not get the
    code without the namespace).
-2. The master imports the job code again (appcode.AppCode.reload). If that fails, everything
-   is put back, nothing changes, and the log says why; the workers run on.
+2. The master imports the job code again (appcode.AppCode.reload), in a thread while its loop
+   goes on (loader.py says why and what the loop holds back meanwhile). If that fails,
+   everything is put back, nothing changes, and the log says why; the workers run on. A
+   setting that can fail to apply (``metrics:``, a new address to listen on) is prepared
+   before, and refuses the reload if it cannot be applied.
 3. The new settings go to the master's parts and to every worker forked from now on.
 4. Each worker forked before the HUP, in slot order, is marked as leaving, which lets the
    master fork its successor into the spare slot (children.py). Once every other worker is up,
@@ -23,6 +26,7 @@ forked before it is replaced, the first restart's new ones included.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from typing import Callable
@@ -32,6 +36,7 @@ from ..job import registry
 from ..redisopts import mask_url
 from . import periodic
 from .children import Children
+from .loader import Loading
 
 log = logging.getLogger("queued.master")
 
@@ -96,9 +101,12 @@ class Rollout:
         return f"rolling restart {self.replaced}/{self.total}" if self.active else ""
 
     # --- HUP ----------------------------------------------------------------------------
-    def reload(self, config, why: str = "HUP"):
-        """The new config with the job code reloaded, or None (logged why: nothing changed)."""
-        started = time.monotonic()
+    def start_reload(self, config, why: str = "HUP", prepare: Callable | None = None,
+                     wake: Callable[[], None] = lambda: None) -> Loading | None:
+        """Steps 1 and 2: the config file read again and compared (refused: None, logged),
+        the settings that can fail to apply prepared (``prepare(new)``: the metrics address
+        bound; a ConfigError refuses the reload), then the job code imported again in a
+        thread (loader.py) that calls ``wake`` when it ends. ``finish_reload`` then."""
         again = " (a rolling restart was under way: it starts over)" if self.active else ""
         log.info("%s: reloading the config file and the job code%s", why, again)
         try:
@@ -113,17 +121,43 @@ class Rollout:
                       "workers run on", why, "; ".join(refused),
                       "it" if len(refused) == 1 else "them")
             return None
-        if self.code is not None:
-            try:
-                self.code.reload(new.require, new.serve_no_jobs, lambda: periodic.check(new))
-            except (AppLoadError, ConfigError) as e:
-                log.error("%s: the new job code does not load: %s; nothing changed, the %d "
-                          "worker(s) run on with the code they have", why, e,
-                          len(self.children.workers))
-                return None
+        try:
+            change = prepare(new) if prepare is not None else None
+        except ConfigError as e:
+            log.error("%s refused: %s; nothing was reloaded, the workers run on", why, e)
+            return None
+        load = None if self.code is None else functools.partial(
+            self.code.reload, new.require, new.serve_no_jobs, lambda: periodic.check(new))
+        return Loading(new, why, applied, change, load, wake)
+
+    def finish_reload(self, loading: Loading):
+        """Once ``loading`` ended: the new config (the caller commits ``loading.change``), or
+        None if the new code did not load (everything was put back; the change aborted)."""
+        loading.join()
+        why, e = loading.why, loading.error
+        if e is not None:
+            if loading.change is not None:
+                loading.change.abort()
+            if not isinstance(e, (AppLoadError, ConfigError)):
+                e = f"{type(e).__name__}: {e}"
+            log.error("%s: the new job code does not load: %s; nothing changed, the %d "
+                      "worker(s) run on with the code they have", why, e,
+                      len(self.children.workers))
+            return None
         log.info("%s: job code loaded again in %.3fs (jobs: %s); config %s", why,
-                 time.monotonic() - started, ", ".join(registry.names()) or "none",
-                 "changes: " + ", ".join(applied) if applied else "unchanged")
+                 time.monotonic() - loading.started, ", ".join(registry.names()) or "none",
+                 "changes: " + ", ".join(loading.applied) if loading.applied else "unchanged")
+        return loading.config
+
+    def reload(self, config, why: str = "HUP", prepare: Callable | None = None):
+        """start_reload and finish_reload at once (the caller waits for the import); the
+        new config with its change committed, or None."""
+        loading = self.start_reload(config, why, prepare)
+        if loading is None:
+            return None
+        new = self.finish_reload(loading)
+        if new is not None and loading.change is not None:
+            loading.change.commit()
         return new
 
     def begin(self, now: float) -> None:

@@ -53,6 +53,8 @@ class Scheduler:
         self.leader = False
         self.next_poll = 0.0  # monotonic
         self._reported: dict[str, float] = {}  # what was last logged when (REPORT_INTERVAL)
+        #: client middleware (a frozen copy while a HUP's new code loads: server/loader.py)
+        self.chain = client_middleware
 
     def elect(self) -> None:
         """Take or keep leadership; called on every heartbeat."""
@@ -141,7 +143,7 @@ class Scheduler:
             queue = msg.get("queue") or "default"
             if not isinstance(queue, str):
                 raise PayloadError(f'"queue" is {type(queue).__name__}, not a string')
-            if len(client_middleware):
+            if len(self.chain):
                 return self._through_middleware(member, msg, queue, now)
             return "push", _with_enqueued_at(member, msg, time.time()), queue
         except (PayloadError, ValueError) as e:
@@ -152,7 +154,7 @@ class Scheduler:
     def _through_middleware(self, member: bytes, msg: dict, queue: str,
                             now: float) -> tuple[str, bytes | str, str]:
         try:
-            reached = client_middleware.reaches_end(msg.get("class"), msg, queue)
+            reached = self.chain.reaches_end(msg.get("class"), msg, queue)
         except Exception:  # noqa: BLE001 - a broken middleware must not stop the scheduler
             log.exception("client middleware raised on a due job (jid=%s); enqueued as it was",
                           msg.get("jid"))

@@ -2,6 +2,7 @@
 client library's parser) and Sidekiq's per-minute Redis keys, exact after workers die."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ import urllib.request
 
 import psutil
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 import jobs
@@ -184,6 +186,20 @@ def test_counts_stay_exact_across_a_rolling_restart(daemon, producer, r):
              {("MetricsOk", "default"): 11}, what="every run counted")
     wait_for(lambda: (lambda f, g: f.get("MetricsOk|p") == 11 and sum(g["MetricsOk"]) == 11)(
         *redis_metrics(r)), what="Redis counts")
+    # And each new worker, the one forked into the spare slot included, records into a region
+    # of its own, not the master's (the bug this test was added for: the spare slot's region
+    # was the master's, two writers on one region, whose counts no job count above can tell
+    # apart; the regions themselves can)
+    new = set(d.worker_pids())
+
+    def where() -> dict:
+        metricsjobs.MetricsWhere.perform_async()
+        seen = {int(k): json.loads(v) for k, v in r.hgetall(metricsjobs.WHERE).items()}
+        return new <= set(seen) and seen
+    seen = wait_for(where, 20, interval=0.1, what="a report from each new worker")
+    for pid in new:
+        regions, master = seen[pid]["regions"], seen[pid]["master"]
+        assert master in regions and len(regions) == 2, (pid, seen[pid])
 
 
 def test_a_job_the_master_fails_after_its_worker_died_is_counted_failed(daemon, producer, r):
@@ -231,3 +247,93 @@ def test_refused_at_boot_without_prometheus_client_or_when_the_port_is_taken(dae
         d = daemon(metrics=f"127.0.0.1:{port}", wait=False)
         assert d.wait(30) == EXIT_CONFIG_ERROR
     assert f"{d.config}: metrics: cannot listen on 127.0.0.1:{port}" in d.output()
+
+
+# --- settings changed by HUP (issue 16.1.11: logged as applied, and nothing changed) -----------
+
+def rewrite(d, **changes) -> None:
+    """Change the daemon's config file as a deploy would (None: the key removed)."""
+    with open(d.config) as f:
+        data = yaml.safe_load(f)
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    with open(d.config, "w") as f:
+        yaml.safe_dump(data, f)
+
+
+def refused(port: int) -> bool:
+    try:
+        scrape(port)
+    except urllib.error.URLError:
+        return True
+    return False
+
+
+def hup_and_wait(d, restarts: int) -> None:
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: d.output().count("rolling restart done") == restarts, 30,
+             what=f"rolling restart {restarts}")
+
+
+def test_a_hup_that_moves_metrics_serves_the_new_address_and_frees_the_old(
+        daemon, producer, r):
+    # Given a daemon serving /metrics on one port, with jobs counted
+    old, new = free_port(), free_port()
+    d = daemon(require=REQUIRE, concurrency=2, metrics=f"127.0.0.1:{old}")
+    push(metricsjobs.MetricsOk, 3)
+    wait_for(lambda: jobs_of(scrape(old), "queued_jobs_processed_total") ==
+             {("MetricsOk", "default"): 3}, what="the first counts")
+    # When a deploy moves it to another port and the master gets HUP
+    rewrite(d, metrics=f"127.0.0.1:{new}")
+    hup_and_wait(d, 1)
+    # Then the new port serves the same counts, and the old one is closed
+    assert jobs_of(scrape(new), "queued_jobs_processed_total") == {("MetricsOk", "default"): 3}
+    assert refused(old)
+    push(metricsjobs.MetricsOk, 2)
+    wait_for(lambda: jobs_of(scrape(new), "queued_jobs_processed_total") ==
+             {("MetricsOk", "default"): 5}, what="later jobs counted on the new port")
+    # When the new address cannot be had (taken): the whole reload is refused, naming it,
+    # and /metrics stays where it was
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        rewrite(d, metrics=f"127.0.0.1:{busy}")
+        d.signal(signal.SIGHUP)
+        d.wait_log(f"metrics: cannot listen on 127.0.0.1:{busy}", 10)
+    assert "SIGHUP refused" in d.output() and d.output().count("rolling restart done") == 1
+    assert jobs_of(scrape(new), "queued_jobs_processed_total") == {("MetricsOk", "default"): 5}
+    # When metrics: is removed, /metrics stops
+    rewrite(d, metrics=None)
+    hup_and_wait(d, 2)
+    assert refused(new)
+    assert d.stop() == 0
+
+
+def test_a_hup_that_turns_record_metrics_on_then_off_takes_effect(daemon, producer, r):
+    # Given a daemon that records no per-class metrics
+    port = free_port()
+    d = daemon(require=REQUIRE, concurrency=1, record_metrics=False, metrics=f"127.0.0.1:{port}")
+    push(metricsjobs.MetricsOk, 2)
+    wait_for(lambda: r.get(metricsjobs.DONE) == b"2", what="the first jobs")
+    # When record_metrics is turned on by HUP
+    rewrite(d, record_metrics=True)
+    hup_and_wait(d, 1)
+    push(metricsjobs.MetricsOk, 3)
+    wait_for(lambda: r.get(metricsjobs.DONE) == b"5", what="the jobs after it")
+    # Then the jobs after the restart are counted, in Prometheus and in Redis
+    wait_for(lambda: jobs_of(scrape(port), "queued_jobs_processed_total") ==
+             {("MetricsOk", "default"): 3}, what="counted from the restart on")
+    wait_for(lambda: redis_metrics(r)[0].get("MetricsOk|p") == 3, what="Redis counts")
+    # When it is turned off again: the workers forked from then on count nothing
+    rewrite(d, record_metrics=False)
+    hup_and_wait(d, 2)
+    push(metricsjobs.MetricsOk, 4)
+    wait_for(lambda: r.get(metricsjobs.DONE) == b"9", what="the last jobs")
+    wait_for(lambda: r.get("stat:processed") == b"9", what="a heartbeat after them")
+    assert jobs_of(scrape(port), "queued_jobs_processed_total") == {("MetricsOk", "default"): 3}
+    assert redis_metrics(r)[0].get("MetricsOk|p") == 3
+    assert d.stop() == 0

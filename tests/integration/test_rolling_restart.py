@@ -10,6 +10,7 @@ test rewriting a file within the same second can hit.)
 from __future__ import annotations
 
 import calendar
+import json
 import os
 import re
 import signal
@@ -20,7 +21,7 @@ import pytest
 import yaml
 
 import jobs
-from harness import pid_alive, wait_for
+from harness import pid_alive, title, wait_for
 
 CODE = '''
 import os
@@ -36,6 +37,7 @@ class Work(queued.Job):
         started = time.time()
         r = queued.get_redis()
         r.hincrby("t:deploy:starts", self.jid, 1)
+        r.hset("t:deploy:pid", self.jid, os.getpid())
         if gate:  # run until the test opens the gate
             while not r.exists("t:gate:" + gate):
                 time.sleep(0.01)
@@ -274,4 +276,186 @@ def test_hup_while_quiet_is_ignored(daemon, producer, r, code):
     d.wait_log("quiet;")
     d.signal(signal.SIGHUP)
     d.wait_log("SIGHUP ignored: this master is quiet")
+    assert d.stop() == 0
+
+
+# --- with real workers: the order, broken deploys, stops and deaths in the middle --------------
+
+def slot_of(pid: int) -> int:
+    """A worker's slot, from its process title (``queued 0.1.0 worker 2: idle``)."""
+    found = wait_for(lambda: re.search(r" worker (\d+):", title(pid)), 5,
+                     what=f"the title of {pid}")
+    return int(found.group(1))
+
+
+def busy_workers(d, r, producer, gates: list[str]) -> dict[int, str]:
+    """Each worker running a job held at its own gate: {pid: gate}."""
+    jids = {push(producer, 1, gate=g)[0]: g for g in gates}
+    wait_for(lambda: r.hlen("t:deploy:pid") == len(gates), 10, what="every worker busy")
+    return {int(r.hget("t:deploy:pid", j)): g for j, g in jids.items()}
+
+
+def beats(d, r, n: int) -> None:
+    """Wait for ``n`` more heartbeats of the master: its loop has turned that often."""
+    seen = {r.hget(d.identity(), "beat")}
+    wait_for(lambda: seen.add(r.hget(d.identity(), "beat")) or len(seen) > n, 10,
+             what=f"{n} heartbeats")
+
+
+def test_real_workers_are_replaced_in_slot_order_each_once_its_successor_is_up(
+        daemon, producer, r, code):
+    # (the unit tests check the order with a fake fork; these are real processes)
+    # Given two workers, each running a job held at its own gate
+    d = start(daemon, code, concurrency=2)
+    old = {slot_of(pid): pid for pid in d.worker_pids()}
+    gate = busy_workers(d, r, producer, ["g0", "g1"])
+    # When v2 is HUPed
+    write_code(code, "v2")
+    d.signal(signal.SIGHUP)
+    # Then one successor comes up, in the spare slot, while both old workers run their jobs,
+    # and no second one while the first worker to go still runs its job
+    wait_for(lambda: len(d.worker_pids()) == 3, 10, what="the first successor")
+    (first,) = set(d.worker_pids()) - set(old.values())
+    assert slot_of(first) == 2
+    beats(d, r, 2)
+    assert len(d.worker_pids()) == 3
+    # When slot 0's job ends: slot 0's worker leaves (it goes first), and only then is slot
+    # 1's successor forked, into the slot it freed; slot 1's worker still runs its job
+    jobs.open_gate(r, gate[old[0]])
+    wait_for(lambda: not pid_alive(old[0]), 10, what="slot 0's worker to leave")
+    wait_for(lambda: len(d.worker_pids()) == 3, 10, what="the second successor")
+    (second,) = set(d.worker_pids()) - {old[1], first}
+    assert slot_of(second) == 0 and pid_alive(old[1])
+    # When slot 1's job ends, it leaves too, and the restart is done
+    jobs.open_gate(r, gate[old[1]])
+    wait_for(lambda: "rolling restart done" in d.output(), 10, what="the rolling restart")
+    assert set(d.worker_pids()) == {first, second}
+    assert [v for _, v, _, _ in ran(r)] == ["v1", "v1"]  # both jobs ran to their end
+    assert set(r.hgetall(STARTS).values()) == {b"1"}
+    assert d.stop() == 0
+
+
+def test_hup_with_a_broken_config_file_changes_nothing(daemon, producer, r, code):
+    d = start(daemon, code, concurrency=2)
+    workers = set(d.worker_pids())
+    good = open(d.config).read()
+    # When the file is broken (bad YAML) and the code changed, and the master gets HUP
+    with open(d.config, "w") as f:
+        f.write(good + "concurrency: [unclosed\n")
+    write_code(code, "v2")
+    d.signal(signal.SIGHUP)
+    # Then it says why, naming the file, and the workers run on with the code they have
+    line = wait_for(lambda: "does not load" in d.output() and log_line(d, "does not load"), 10,
+                    what="the refusal")
+    assert "the config file does not load" in line and d.config in line
+    push(producer, 10)
+    wait_for(lambda: r.llen(RAN) >= 10, 10, what="jobs after it")
+    assert {v for _, v, _, _ in ran(r)} == {"v1"} and set(d.worker_pids()) == workers
+    # And once the file is fixed, a HUP rolls out the new code
+    with open(d.config, "w") as f:
+        f.write(good)
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "rolling restart done" in d.output(), 20, what="the rolling restart")
+    r.delete(RAN)
+    push(producer, 10)
+    wait_for(lambda: r.llen(RAN) >= 10, 10, what="jobs on the new code")
+    assert {v for _, v, _, _ in ran(r)} == {"v2"}
+    assert d.stop() == 0
+
+
+KILLS_AT_FORK = CODE + '''
+os.register_at_fork(after_in_child=lambda: os._exit(3))  # every new worker dies at boot
+'''
+
+
+def test_new_code_that_kills_every_successor_at_fork_leaves_the_old_workers_serving(
+        daemon, producer, r, code):
+    # Given two workers on v1
+    d = start(daemon, code, concurrency=2)
+    workers = set(d.worker_pids())
+    # When the new code imports fine but kills every worker forked from it (an at-fork hook
+    # that exits: a library that cannot live in a forked child), and the master gets HUP
+    write_code(code, "v2", KILLS_AT_FORK)
+    d.signal(signal.SIGHUP)
+    # Then its successors die at boot, respawned with a growing backoff (no fork bomb), and
+    # no old worker is asked to leave: it goes only once its successor is up, which never is
+    wait_for(lambda: d.output().count("after boot (exit code 3)") >= 3, 20,
+             what="three successors dead at boot")
+    delays = [float(x) for x in re.findall(r"after boot \(exit code 3\); respawning in "
+                                           r"([\d.]+)s", d.output())]
+    assert delays == sorted(delays) and delays[-1] > delays[0]
+    assert workers <= set(d.worker_pids())
+    # And the old workers go on running every job, once each
+    jids = push(producer, 30)
+    wait_for(lambda: r.llen(RAN) >= 30, 10, what="jobs during the stalled restart")
+    assert Counter(j for j, *_ in ran(r)) == Counter(jids)
+    assert {pid for _, _, pid, _ in ran(r)} <= workers
+    # And a TERM still stops everything cleanly
+    assert d.stop() == 0
+
+
+def test_term_in_the_middle_of_a_rolling_restart_stops_cleanly_and_loses_nothing(
+        daemon, producer, r, code):
+    # Given two workers busy, a rolling restart under way (one successor up, the first old
+    # worker asked to leave but still in its job), and jobs waiting
+    d = start(daemon, code, concurrency=2, timeout=30)
+    gate = busy_workers(d, r, producer, ["t0", "t1"])
+    held = {j.decode() for j in r.hkeys("t:deploy:pid")}
+    waiting = push(producer, 20)
+    write_code(code, "v2")
+    d.signal(signal.SIGHUP)
+    d.wait_log("is being replaced", 10)
+    # When the master gets TERM, and the held jobs are let go
+    d.signal(signal.SIGTERM)
+    d.wait_log("rolling restart abandoned (stopping)", 10)
+    for g in gate.values():
+        jobs.open_gate(r, g)
+    # Then it exits cleanly: the running jobs finished, once each, and every waiting job
+    # either ran once or waits in its queue; nothing is left reserved
+    assert d.wait(30) == 0
+    done = [j for j, *_ in ran(r)]
+    left = {json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)}
+    assert held <= set(done) and len(done) == len(set(done))
+    assert set(waiting) == (set(done) - held) | left and not (set(done) & left)
+    assert set(r.hgetall(STARTS).values()) == {b"1"}
+    assert not [k for k in r.keys("queued:reserved:*") if r.zcard(k)]
+
+
+def test_the_host_dying_in_the_middle_of_a_rolling_restart_loses_nothing(
+        daemon, producer, r, code):
+    # Given a rolling restart under way (workers busy, a successor up), jobs waiting
+    d = start(daemon, code, concurrency=2, lease_timeout=2)
+    busy_workers(d, r, producer, ["h0", "h1"])
+    waiting = push(producer, 20)
+    write_code(code, "v2")
+    d.signal(signal.SIGHUP)
+    d.wait_log("is being replaced", 10)
+    # When the host dies: the master and every worker, old and new, killed at once
+    d.kill_all()
+    # Then another master recovers what they held once the lease expires, and runs it all
+    jobs.open_gate(r, "h0")
+    jobs.open_gate(r, "h1")
+    d2 = start(daemon, code, concurrency=2, lease_timeout=2)
+    wait_for(lambda: len({j for j, *_ in ran(r)}) >= 22, 30, what="every job")
+    assert {j for j, *_ in ran(r)} >= set(waiting)
+    assert r.llen("queue:default") == 0
+    assert d2.stop() == 0
+    assert not [k for k in r.keys("queued:reserved:*") if r.zcard(k)]
+
+
+def test_a_setting_a_hup_applies_takes_effect_in_the_new_workers(daemon, producer, r, code):
+    # Given a daemon whose jobs may run 25 s (job_timeout's default)
+    d = start(daemon, code, concurrency=1)
+    (slow,) = push(producer, 1, ms=lambda i: 1500)
+    wait_for(lambda: r.llen(RAN) == 1, 10, what="a 1.5 s job to succeed")
+    # When job_timeout is set to 0.5 s and the master gets HUP
+    edit_config(d, job_timeout=0.5)
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "rolling restart done" in d.output(), 20, what="the rolling restart")
+    # Then the new worker enforces it: the same job times out, and goes to retry as such
+    (late,) = push(producer, 1, ms=lambda i: 1500)
+    entry = wait_for(lambda: r.zrange("retry", 0, -1), 10, what="the timed-out job in retry")
+    failed = json.loads(entry[0])
+    assert failed["jid"] == late and failed["error_class"] == "JobTimeout"
+    assert r.llen(RAN) == 1
     assert d.stop() == 0

@@ -4,8 +4,8 @@ import json
 import os
 import random
 import signal
-import time
 
+import pytest
 import taskjobs
 from taskjobs import CALLBACKS, TBusiness, TComplete, TDoomed, TFlaky, TOk, TSuccess
 
@@ -26,6 +26,12 @@ def sets(r, task):
 def callbacks(r, task_id=None):
     calls = [json.loads(c) for c in r.lrange(CALLBACKS, 0, -1)]
     return [c for c in calls if task_id is None or c[1] == task_id]
+
+
+def reserved(r) -> list[float]:
+    """The scores of every job held in a reserved set (-1: its end was refused, held)."""
+    return [score for k in r.keys("queued:reserved:*")
+            for _, score in r.zrange(k, 0, -1, withscores=True)]
 
 
 def fill(task, n, kinds, pause=0.0):
@@ -177,3 +183,89 @@ def test_a_task_run_on_a_redis_that_never_saw_its_scripts_completes(daemon, prod
     assert sets(r, task)["finished"] == set(jids[TOk])
     assert sets(r, task)["working"] == set()
     assert task.progress()["complete"] is True
+
+
+@pytest.mark.parametrize("kind", [TOk, TBusiness])
+def test_a_last_job_whose_callback_queue_holds_another_type_completes_once_it_is_fixed(
+        daemon, producer, r, kind):
+    # Given a task of one job whose callback goes to a queue this daemon does not serve,
+    # whose key someone overwrote with a string
+    task = Task("blocked callback", on_complete=TComplete, callback_queue="cbq")
+    r.set("queue:cbq", "oops")
+    with task:
+        jid = kind.perform_async(1)
+    # When a daemon runs the job (its end: sent ahead with its ack for a success, written
+    # at once for a business failure)
+    d = daemon(require=JOBS, concurrency=1)
+    wait_for(lambda: r.hget(taskjobs.RUNS, jid), 10, what="the job to run")
+    # Then its end is refused before any write: the job stays reserved (marked -1), its task
+    # not complete, and the log says which key (task.lua wrote completed_at, then failed on
+    # the push; the end run again found the reservation gone: the callback was lost)
+    wait_for(lambda: reserved(r) == [-1.0], 10, what="the end held")
+    d.wait_log("queue:cbq holds another Redis type", 10)
+    assert task.progress()["complete"] is False
+    # When the key is fixed
+    r.delete("queue:cbq")
+    # Then the end goes through (it is tried again every few seconds), and the callback is
+    # pushed, once
+    wait_for(lambda: r.llen("queue:cbq") == 1, 20, what="the callback")
+    (cb,) = [json.loads(m) for m in r.lrange("queue:cbq", 0, -1)]
+    assert cb["class"] == "TComplete" and cb["args"][0] == task.id
+    assert task.progress()["complete"] is True and reserved(r) == []
+    assert r.hget(taskjobs.RUNS, jid) == b"1"  # run once
+    assert d.stop() == 0
+    assert r.llen("queue:cbq") == 1
+
+
+def test_the_same_jid_pushed_twice_into_a_task_is_one_job_run_once(daemon, producer, r):
+    # Given a task whose producer pushes a job under a fixed jid twice in one block (an
+    # idempotency key), and again in a later block, beside a job of its own
+    task = Task("fixed jids", on_complete=TComplete)
+    with task.batch():
+        producer.push({"class": "TOk", "args": [1, 0.3], "jid": "order-1"})
+        other = TOk.perform_async(2)
+        producer.push({"class": "TOk", "args": [1, 0.3], "jid": "order-1"})
+    with task.batch():
+        producer.push({"class": "TOk", "args": [1, 0.3], "jid": "order-1"})
+    task.seal()
+    # Then only the first push is in a queue: the others are the same job, not a second one
+    assert [json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)] == [other,
+                                                                                "order-1"]
+    # When a daemon with two workers runs the task
+    daemon(require=JOBS, concurrency=2)
+    wait_for(lambda: callbacks(r, task.id), 20, what="on_complete")
+    # Then the job ran once, the task counts it once, and it completed once every push's
+    # job had ended (before, the second copy ran on after the callback)
+    assert r.hget(taskjobs.RUNS, "order-1") == b"1" and r.hget(taskjobs.RUNS, other) == b"1"
+    assert task.progress()["total"] == 2 and task.progress()["finished"] == 2
+    (call,) = callbacks(r, task.id)
+    assert call[2]["total"] == 2 and call[2]["finished"] == 2
+    assert r.llen("queue:default") == 0
+
+
+def test_a_script_flush_in_the_middle_of_a_task_refuses_nothing_for_good(daemon, producer, r):
+    # Given a daemon whose workers have sent the task scripts on their connections (the first
+    # call of a script on a connection is an EVAL; the later ones EVALSHA)
+    task = Task("flushed", on_complete=TComplete)
+    with task.batch():
+        first = TOk.perform_bulk([[i] for i in range(20)])
+    d = daemon(require=JOBS, concurrency=2)
+    wait_for(lambda: sets(r, task)["finished"] == set(first), 20, what="the first half")
+    # When Redis loses its scripts (SCRIPT FLUSH, as after a failover to a replica that
+    # never ran them), and the rest of the task runs: each worker's next mark and end go out
+    # as EVALSHA and are refused with NOSCRIPT
+    r.script_flush()
+    with task.batch():
+        second = TOk.perform_bulk([[i] for i in range(20, 40)])
+    task.seal()
+    wait_for(lambda: callbacks(r, task.id), 30, what="the task's on_complete")
+    # Then every end was written once (an end refused is run again as EVAL), no job is left
+    # working (a refused working mark is dropped, never run after its end), the callback
+    # came once, and the marks are sent as EVAL again (before, a worker whose script cache
+    # entry was gone went on sending EVALSHA: every later mark of that worker was refused)
+    assert sets(r, task)["finished"] == set(first) | set(second)
+    assert sets(r, task)["working"] == set()
+    assert len(callbacks(r, task.id)) == 1
+    from queued.tracking import TASK_MARK
+    assert r.script_exists(TASK_MARK.sha) == [True]
+    assert d.stop() == 0

@@ -1,7 +1,8 @@
--- clear_unique.lua: the members of a range of a cleared list or zset (clear.lua) that name
--- unique_for, so the caller gives their locks up without reading every job over the network.
+-- clear_unique.lua: the members of a range of a cleared queue's or set's copy (snapshot.py)
+-- that name unique_for, so the caller gives their locks up without reading every job over the
+-- network (locks.py).
 --
--- KEYS[1]  the cleared key (Keys.clearing)
+-- KEYS[1]  the copy (Keys.snapshot)
 -- ARGV[1]  its type: list or zset    ARGV[2]  the first index    ARGV[3]  the last index
 -- Returns those members.
 local members

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from typing import Any
+from typing import Any, Iterable
 
 import redis as redis_lib
 from starlette.applications import Starlette
@@ -22,29 +22,39 @@ from ...client import Client
 from ...connection import make_redis
 from ...keys import Keys
 from ..api import Admin
+from ..deadlimits import DeadLimits
 from ..metrics import MetricsReader
 from . import (pages_busy, pages_jobs, pages_limits, pages_metrics, pages_overview,
                pages_queues, pages_tasks)
 from .prometheus import metrics_route
 from .render import Web, render
-from .security import BasicAuth, Csrf, CsrfCookie, SecurityHeaders
+from ..hosts import LOOPBACK, AllowedHosts
+from .security import BasicAuth, Csrf, CsrfCookie, HostCheck, SecurityHeaders
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | None = None,
                secret_key: str | bytes | None = None, auth: str | None = None,
-               poll_interval: float = 2.0, debug: bool = False) -> Starlette:
+               poll_interval: float = 2.0, debug: bool = False,
+               allowed_hosts: Iterable[str] | None = None,
+               dead_limits: DeadLimits | None = None) -> Starlette:
     """The dashboard as an ASGI app. ``redis``: a redis-py client (bytes responses) or a URL
     (else ``$REDIS_URL``, else redis://127.0.0.1:6379/0). ``secret_key`` signs the CSRF
     tokens (else ``$QUEUED_WEB_SECRET``, else a random one per process: give one when several
-    processes serve the app). ``auth``: ``"user:password"`` for HTTP basic auth."""
+    processes serve the app). ``auth``: ``"user:password"`` for HTTP basic auth.
+    ``allowed_hosts``: the names (``NAME`` on any port, ``NAME:PORT``) requests may give in
+    ``Host``; the rest are refused (DNS rebinding). Default: the loopback names; mounted in
+    a site, give the site's names, or ``["*"]`` when the site checks Host itself.
+    ``dead_limits``: dead's bounds for a kill when no live daemon publishes its own."""
     if redis is None or isinstance(redis, str):
         url = redis or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
         redis = make_redis(url, socket_timeout=5.0, name="queued-web")
     secret = secret_key or os.environ.get("QUEUED_WEB_SECRET") or secrets.token_bytes(32)
     keys = Keys(namespace)
-    web = Web(r=redis, keys=keys, admin=Admin(redis, namespace=namespace),
+    hosts = AllowedHosts(LOOPBACK if allowed_hosts is None else allowed_hosts)
+    web = Web(r=redis, keys=keys, admin=Admin(redis, namespace=namespace,
+                                              dead_limits=dead_limits),
               client=Client(redis, namespace=namespace), metrics=MetricsReader(redis, keys),
               csrf=Csrf(secret), poll_interval=poll_interval)
     # /{set} (scheduled, retries, dead) last: it would match any other one-segment path
@@ -54,12 +64,13 @@ def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | N
                     name="static"), *pages_jobs.routes]
     app = Starlette(debug=debug, routes=routes, exception_handlers={
         HTTPException: _http_error, redis_lib.ConnectionError: _redis_down,
-        redis_lib.TimeoutError: _redis_down})
+        redis_lib.TimeoutError: _redis_down, redis_lib.ResponseError: _redis_refused})
     app.state.web = web
     app.add_middleware(CsrfCookie)
     app.add_middleware(SecurityHeaders)
     if auth:
         app.add_middleware(BasicAuth, credentials=auth)
+    app.add_middleware(HostCheck, allowed=hosts)  # the last added runs first: before all
     return app
 
 
@@ -75,6 +86,15 @@ async def _http_error(request: Request, exc: HTTPException):
         return PlainTextResponse(f"{exc.detail}\n", exc.status_code)
     return render(request, "error.html", {"status": exc.status_code, "detail": exc.detail},
                   exc.status_code)
+
+
+async def _redis_refused(request: Request, exc: Exception):
+    """A key of another type than Sidekiq's (``retry`` set to a string): said, not a
+    traceback."""
+    text = f"Redis refused: {' '.join(str(exc).split())}"
+    if "text/html" not in request.headers.get("accept", ""):
+        return PlainTextResponse(text + "\n", 500)
+    return render(request, "error.html", {"status": 500, "detail": text}, 500)
 
 
 async def _redis_down(request: Request, exc: Exception):

@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from ..entries import Entry, Filter
 from ..jobsets import JobSet
-from .render import PAGE_SIZE, act, int_param, pager, render, web_of
+from .render import PAGE_SIZE, act, int_param, pager, path_param, render, web_of
 
 #: URL -> (the JobSet's name, the title). Sidekiq's Web UI calls dead the morgue.
 SETS = {"scheduled": ("schedule", "Scheduled"), "retries": ("retry", "Retries"),
@@ -97,7 +97,7 @@ def _find(js: JobSet, score: str, jid: str) -> Entry | None:
 
 def job(request: Request):
     slug, js, title = _jobset(request)
-    entry = _find(js, request.path_params["score"], request.path_params["jid"])
+    entry = _find(js, request.path_params["score"], path_param(request, "jid"))
     if entry is None:
         raise HTTPException(404, "this job is no longer there (it ran, moved or was deleted)")
     return render(request, "job.html", {"slug": slug, "title": title, "name": js.name,
@@ -105,18 +105,26 @@ def job(request: Request):
 
 
 def backtrace(entry: Entry) -> list[str]:
-    """Sidekiq's ``error_backtrace``: a list (before 6.0) or base64 of zlib of a JSON list."""
+    """Sidekiq's ``error_backtrace``: a list (before 6.0) or base64 of zlib of a JSON list.
+    The blob is data from Redis, not trusted: it is inflated to BACKTRACE_MAX at most (a zip
+    bomb is cut there and said to be too large), and anything unreadable (not base64, not
+    zlib, not a JSON list, nested past what the parser recurses into) says so instead."""
     blob = entry.msg.get("error_backtrace") if entry.msg else None
     if isinstance(blob, list):
         return [str(line) for line in blob]
     if not isinstance(blob, str) or not blob:
         return []
     try:
-        raw = zlib.decompressobj().decompress(base64.b64decode(blob), BACKTRACE_MAX)
-        lines = json.loads(raw)
-    except (binascii.Error, zlib.error, ValueError):
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(base64.b64decode(blob), BACKTRACE_MAX)
+        if inflater.unconsumed_tail:
+            return [f"(the backtrace is larger than {BACKTRACE_MAX >> 20} MiB: not shown)"]
+        lines = json.loads(raw) if inflater.eof else None  # (not eof: a cut stream)
+    except (binascii.Error, zlib.error, ValueError, RecursionError):
         return ["(the backtrace could not be read)"]
-    return [str(line) for line in lines] if isinstance(lines, list) else []
+    if not isinstance(lines, list):
+        return ["(the backtrace could not be read)"]
+    return [str(line) for line in lines]
 
 
 ACTIONS = ("retry", "delete", "kill")
@@ -151,6 +159,6 @@ def _past(verb: str) -> str:
     return {"retry": "retried", "delete": "deleted", "kill": "killed"}[verb]
 
 
-routes = [Route("/{set:str}/{score:str}/{jid:str}", job, name="job"),
+routes = [Route("/{set:str}/{score:str}/{jid:queued_name}", job, name="job"),
           Route("/{set:str}", listing, name="jobset"),
           Route("/{set:str}", action, methods=["POST"], name="jobset_action")]

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from ..metrics import LABELS, MINUTE_TTL_HOURS, parse_period
-from .render import render, web_of
+from .render import path_param, render, web_of
 
 PERIODS = (1, 2, 4, 8, 24, 48, 72)
 
@@ -23,7 +23,7 @@ def job_metrics(request: Request):
 
 def job_class(request: Request):
     web = web_of(request)
-    klass = request.path_params["klass"]
+    klass = path_param(request, "klass")
     hours = parse_period(request.query_params.get("period"))
     series = web.metrics.series(klass, hours)
     counts = web.metrics.histogram(klass, hours)
@@ -39,4 +39,4 @@ def job_class(request: Request):
 
 
 routes = [Route("/job-metrics", job_metrics, name="job_metrics"),
-          Route("/job-metrics/{klass:path}", job_class, name="job_class")]
+          Route("/job-metrics/{klass:queued_name}", job_class, name="job_class")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.routing import Route
 
-from .render import PAGE_SIZE, act, pager, render, web_of
+from .render import PAGE_SIZE, act, pager, path_param, render, web_of
 
 QUEUES_PER_PAGE = 100
 
@@ -24,7 +24,7 @@ def queues(request: Request):
 
 def queue(request: Request):
     web = web_of(request)
-    q = web.admin.queue(request.path_params["name"])
+    q = web.admin.queue(path_param(request, "name"))
     page = pager(request, q.size(), PAGE_SIZE)
     return render(request, "queue.html", {
         "queue": q, "size": page.total, "latency": q.latency(), "paused": q.paused(),
@@ -32,7 +32,7 @@ def queue(request: Request):
 
 
 async def queue_action(request: Request):
-    name = request.path_params["name"]
+    name = path_param(request, "name")
 
     def work(web, form) -> str:
         q = web.admin.queue(name)
@@ -49,5 +49,5 @@ async def queue_action(request: Request):
 
 
 routes = [Route("/queues", queues, name="queues"),
-          Route("/queues/{name}", queue, name="queue"),
-          Route("/queues/{name}", queue_action, methods=["POST"], name="queue_action")]
+          Route("/queues/{name:queued_name}", queue, name="queue"),
+          Route("/queues/{name:queued_name}", queue_action, methods=["POST"], name="queue_action")]

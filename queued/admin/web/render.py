@@ -8,11 +8,13 @@ import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import jinja2
+from markupsafe import Markup
 import redis as redis_lib
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse
@@ -26,6 +28,9 @@ from .security import FIELD, Csrf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE_SIZE = 25
+#: Characters left as they are in a path parameter (class names read Billing::InvoiceJob).
+SAFE = ":@"
+DOT_SEGMENTS = (".", "..")
 
 
 @dataclass
@@ -88,23 +93,68 @@ def number(n: Any) -> str:
     return f"{n:,}" if isinstance(n, int) else str(n)
 
 
+def shown(name: str) -> str | Markup:
+    """A name as a link's text: an empty or blank one says so (a link with no text cannot
+    be seen or clicked)."""
+    if not name.strip():
+        return Markup('<em class="noname">(%s name)</em>') % ("empty" if not name else "blank")
+    return name
+
+
 templates = Jinja2Templates(env=jinja2.Environment(
     loader=jinja2.FileSystemLoader(os.path.join(HERE, "templates")),
     autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined))
 templates.env.filters.update(ago=ago, duration=duration, utc=utc, compact=compact,
-                             pretty=pretty, number=number)
+                             pretty=pretty, number=number, shown=shown)
 
 
 # --- rendering ----------------------------------------------------------------------------------
 
 def path_for(request: Request) -> Callable[..., str]:
     """``path('queue', name='x', _query={'page': 2})``: a path (no host: right behind a
-    proxy), under the mount point when the app is mounted in another site."""
+    proxy), under the mount point when the app is mounted in another site.
+
+    Each parameter is percent-encoded whole before it goes into the path (issue 16): a queue
+    named ``critical?old`` is ``/queues/critical%3Fold``, and its row acts on it, not on
+    ``critical`` with a query string; ``/``, ``#``, ``%``, spaces, newlines, any Unicode and
+    the empty name round-trip the same way (the routes take the rest of the path, whatever it
+    holds: ``{name:queued_name}``)."""
     def path(route: str, /, _query: dict | None = None, **params: Any) -> str:
-        url = request.url_for(route, **params).path
         query = {k: v for k, v in (_query or {}).items() if v not in (None, "")}
+        quoted = {}
+        for k, v in params.items():
+            quoted[k] = quote(str(v), safe=SAFE)
+            if quoted[k] in DOT_SEGMENTS:
+                # A browser resolves "." and ".." in a path, however encoded: such a name
+                # goes in the query instead, behind an empty path part (path_param reads it).
+                quoted[k], query[k] = "", str(v)
+        url = request.url_for(route, **quoted).path
         return url + ("?" + urlencode(query, doseq=True) if query else "")
     return path
+
+
+class NameConvertor(Convertor):
+    """``{name:queued_name}``: the rest of the path, whatever it holds. Starlette's ``path``
+    stops at a newline (``.*``), and the ``$`` after it matches before a final one, so a queue
+    named ``critical\n`` was addressed as ``critical``."""
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("queued_name", NameConvertor())
+
+
+def path_param(request: Request, name: str) -> str:
+    """A name from the path, as path_for wrote it: a "." or ".." comes in the query."""
+    value = request.path_params[name]
+    if value == "" and name in request.query_params:
+        return request.query_params[name]
+    return value
 
 
 def render(request: Request, name: str, context: dict, status: int = 200):
@@ -121,7 +171,10 @@ async def act(request: Request, work: Callable[[Web, FormData], str], back: str,
     browser back to page ``back`` with what was done (Post/Redirect/Get)."""
     web = web_of(request)
     form = await web.csrf.form(request)
-    message = await run_in_threadpool(work, web, form)
+    try:
+        message = await run_in_threadpool(work, web, form)
+    except redis_lib.ResponseError as e:  # (a key of another type: nothing was done to it)
+        message = f"Redis refused: {' '.join(str(e).split())}"
     query = {k: v for k, v in _back_query(form).items()}
     query["msg"] = message
     return RedirectResponse(path_for(request)(back, _query=query, **params), status_code=303)

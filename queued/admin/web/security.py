@@ -1,5 +1,12 @@
-"""What keeps the dashboard safe to open: CSRF tokens on every POST, security headers (a
-Content-Security-Policy without inline script or style), and optional HTTP basic auth.
+"""What keeps the dashboard safe to open: the Host check, CSRF tokens on every POST, security
+headers (a Content-Security-Policy without inline script or style), and optional HTTP basic
+auth.
+
+The Host check comes first (issue 16): DNS rebinding makes a page the operator visits
+same-origin with ``127.0.0.1:7433`` (the attacker's name resolves to loopback), so it could
+read a page, its CSRF token and cookie included, and post. Such a request carries the
+attacker's name in ``Host``: a request naming a host the dashboard is not served under is
+refused before any page, token or cookie.
 
 CSRF is the signed double-submit pattern: each browser gets a random token in an HttpOnly,
 SameSite=Strict cookie; every form carries the token signed with the app's secret
@@ -19,6 +26,8 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..hosts import AllowedHosts
+
 COOKIE = "queued_csrf"
 FIELD = "csrf_token"
 
@@ -27,6 +36,25 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff",
            "x-frame-options": "DENY", "referrer-policy": "same-origin"}
+
+
+class HostCheck:
+    """Refuses (400, plain text) a request whose ``Host`` is not allowed."""
+
+    def __init__(self, app: ASGIApp, allowed: AllowedHosts):
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = HTTPConnection(scope).headers.get("host", "")
+            if not self.allowed.allows(host, scope.get("scheme", "http")):
+                shown = "".join(c if c.isprintable() else "?" for c in host[:200])
+                response = PlainTextResponse(
+                    f"queued: this dashboard does not answer to host {shown} "
+                    "(queuedctl web --allow-host)\n", 400)
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 class Csrf:

@@ -21,20 +21,27 @@
 -- ARGV[8..12]  a job of a task: jid, its new state, its error JSON or '', the task's id, the
 --          namespace's key prefix (tracking.Move.args)
 -- Returns 1 if written, 0 if the reservation was gone, -1 if the target key holds another
--- Redis type (SET retry oops by mistake).
+-- Redis type (SET retry oops by mistake), or so does the queue of a callback this end would
+-- push (the job of a task whose end completes it: task.lua's task_blocked).
 --
 -- The target's type is checked before the first write. Redis does not roll a script back, and
 -- this script used to ZREM the reservation and then fail on the ZADD with WRONGTYPE: the job
 -- was in neither place. Now nothing is written but a mark: the reservation's score becomes -1,
 -- so reserve.lua does not hand it out again while the caller keeps retrying the write (it
 -- stays reserved, and goes back to its queue if the caller dies).
-if ARGV[2] ~= 'drop' and ARGV[2] ~= 'done' then
-  local t = redis.call('TYPE', KEYS[2])['ok']
-  if t ~= (ARGV[2] == 'queue' and 'list' or 'zset') and t ~= 'none' then
-    if redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return 0 end
-    redis.call('ZADD', KEYS[1], 'XX', -1, ARGV[1])
-    return -1
-  end
+local function refuse()
+  if redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return 0 end
+  redis.call('ZADD', KEYS[1], 'XX', -1, ARGV[1])
+  return -1
+end
+if ARGV[2] ~= 'drop' and ARGV[2] ~= 'done'
+    and not task_fits(KEYS[2], ARGV[2] == 'queue' and 'list' or 'zset') then
+  return refuse()
+end
+-- The same for the callback a job of a task pushes when its end completes the task
+-- (task.lua: task_blocked), so the end written again once the key is fixed pushes it.
+if #KEYS > 3 and task_blocked(task_keys(4), ARGV[8], ARGV[9], ARGV[12], KEYS[3]) then
+  return refuse()
 end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0

@@ -1,0 +1,90 @@
+"""Every signal the master handles, sent while the job code is still loading (a slow import, as
+a big application's): the process is neither killed (HUP, USR1, USR2's default action) nor
+suspended (TSTP, TTIN's), and the signal is acted on once the master's loop runs (issue
+16.1.10; only TERM was kept before)."""
+import signal
+
+import psutil
+import pytest
+
+from harness import wait_for
+
+SLOW = ("jobmods/slow_import.py", "jobs.py")
+
+
+def booting(daemon, r, **settings):
+    """A daemon in the middle of importing its job code (the master's handlers not yet in)."""
+    d = daemon(require=SLOW, wait=False, **settings)
+    wait_for(lambda: r.get("t:importing"), 10, what="the import to begin")
+    return d
+
+
+def running(d) -> bool:
+    """Alive and not stopped by a TSTP/TTIN's default action."""
+    try:
+        return psutil.Process(d.pid).status() not in (psutil.STATUS_STOPPED,
+                                                      psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def up(d, r) -> None:
+    """The loop runs: the master is registered in Redis."""
+    wait_for(lambda: d.proc.poll() is None and d.identity(), 15, what="the master's loop")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTSTP, signal.SIGUSR1])
+def test_quiet_during_boot_leaves_a_quiet_master_not_a_suspended_one(daemon, r, sig):
+    d = booting(daemon, r)
+    d.signal(sig)
+    assert running(d)
+    up(d, r)
+    # Then it is quiet once up: it forks no worker, says so, and stops cleanly on TERM
+    d.wait_log(f"{sig.name}: quiet", 10)
+    assert running(d) and d.worker_pids() == []
+    wait_for(lambda: r.hget(d.identity(), "quiet") == b"true", 10, what="quiet in Redis")
+    d.signal(signal.SIGTERM)
+    assert d.wait(15) == 0
+
+
+def test_ttin_during_boot_dumps_once_up_and_does_not_suspend(daemon, r):
+    d = booting(daemon, r)
+    d.signal(signal.SIGTTIN)
+    assert running(d)
+    up(d, r)
+    d.wait_log("TTIN master pid=", 10)
+    wait_for(lambda: len(d.worker_pids()) == 2, 10, what="the workers")
+    assert running(d)
+    assert d.stop() == 0
+
+
+def test_hup_during_boot_reloads_once_up_instead_of_killing(daemon, r):
+    d = booting(daemon, r)
+    d.signal(signal.SIGHUP)
+    up(d, r)
+    d.wait_log("SIGHUP: reloading the config file and the job code", 10)
+    d.wait_log("SIGHUP: job code loaded again", 15)
+    wait_for(lambda: len(d.worker_pids()) == 2, 10, what="the workers")
+    assert running(d)
+    assert d.stop() == 0
+
+
+def test_usr2_during_boot_reopens_the_log_once_up(daemon, r, tmp_path):
+    logfile = tmp_path / "queued.log"
+    d = booting(daemon, r, logfile=str(logfile))
+    d.signal(signal.SIGUSR2)
+    up(d, r)
+    wait_for(lambda: "USR2: log file reopened" in logfile.read_text(), 10,
+             what="the reopen in the log file")
+    assert running(d)
+    assert d.stop() == 0
+
+
+def test_int_during_boot_stops_cleanly_once_up(daemon, r):
+    d = booting(daemon, r)
+    d.signal(signal.SIGINT)
+    # (a KeyboardInterrupt inside the import was a traceback and status 1)
+    assert d.wait(15) == 0
+    out = d.output()
+    assert "INT: shutting down" in out and "Traceback" not in out
+    assert r.smembers("processes") == set()
