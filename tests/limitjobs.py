@@ -161,3 +161,23 @@ class Expiring(queued.Job):
         if fail:
             raise RuntimeError("fails, to be retried after its deadline")
         _finish(self)
+
+
+class InsideThreeAsync(queued.Job):
+    """InsideThree as an ``async def`` job: ``async with THREE``."""
+
+    async def perform(self, seconds):
+        import asyncio
+        async with THREE:
+            r = queued.get_async_redis()
+            async with r.pipeline(transaction=True) as pipe:
+                pipe.incr(INSIDE)
+                pipe.rpush(EVENTS, f"enter {self.jid}")
+                level = (await pipe.execute())[0]
+            await r.rpush(LEVELS, level)
+            await asyncio.sleep(seconds)
+            async with r.pipeline(transaction=True) as pipe:
+                pipe.decr(INSIDE)
+                pipe.rpush(EVENTS, f"exit {self.jid}")
+                await pipe.execute()
+        await queued.get_async_redis().hincrby(DONE, self.jid, 1)

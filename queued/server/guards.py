@@ -164,7 +164,7 @@ def limiter_park():
 
 def _fresh(msg: dict) -> dict:
     """The payload a job goes back with when its run did not count (a crash streak ends)."""
-    return {k: v for k, v in msg.items() if k != codec.CRASHES}
+    return {k: v for k, v in msg.items() if k not in (codec.CRASHES, codec.SUSPECT)}
 
 
 def _enqueued(task_id: str | None, msg: dict) -> tracking.Move | None:

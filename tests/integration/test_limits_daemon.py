@@ -4,6 +4,8 @@ has room rather than after Sidekiq's minutes of backoff; past its reschedules it
 import json
 import time
 
+import pytest
+
 import limitjobs as lj
 from harness import counts, wait_for, zjobs
 from queued.keys import Keys
@@ -21,12 +23,17 @@ def most_inside(events: list[bytes]) -> int:
     return peak
 
 
-def test_a_concurrent_limiter_of_3_over_2_masters_never_lets_a_4th_in(daemon, producer, r):
-    # Given two masters of 3 workers each (6 jobs could run at once), and 18 jobs that each
-    # hold one unit of a limiter of 3 for 0.2 s
-    d1 = daemon(concurrency=3, require=REQUIRE)
-    d2 = daemon(concurrency=3, require=REQUIRE)
-    jids = [lj.InsideThree.perform_async(0.2) for _ in range(18)]
+@pytest.mark.parametrize("threads, job", [(1, lj.InsideThree), (4, lj.InsideThree),
+                                          (4, lj.InsideThreeAsync)])
+def test_a_concurrent_limiter_of_3_over_2_masters_never_lets_a_4th_in(daemon, producer, r,
+                                                                       threads, job):
+    # Given two masters of 3 worker processes (or 1 of 4 threads) each, 6 or 8 jobs at once,
+    # and 18 jobs that each hold one unit of a limiter of 3 for 0.2 s (sync jobs in threads,
+    # or async def jobs on each process's event loop: async with)
+    shape = {"concurrency": 3} if threads == 1 else {"concurrency": 1, "threads": threads}
+    d1 = daemon(**shape, require=REQUIRE)
+    d2 = daemon(**shape, require=REQUIRE)
+    jids = [job.perform_async(0.2) for _ in range(18)]
     wait_for(lambda: len(counts(r, lj.DONE)) == 18, 30, what="every job to end")
     # Then at most 3 were ever inside at once, and 3 were (the limit was reached, not
     # merely unapproached): by the count each job read as it entered, and by the order of
