@@ -104,6 +104,7 @@ def test_stats_as_a_table_and_as_json(full, redis_url):
     assert abs(doc.pop("time") - time.time()) < 30
     assert doc == {"processed": 1234, "failed": 56, "enqueued": 4, "scheduled": 1,
                    "retries": 1, "dead": 3, "processes": 2, "busy": 3,
+                   "expired": 0, "overlimit": 0, "unique_dropped": 0, "unique_deferred": 0,
                    "queues": {"default": {"size": 3, "paused": False},
                               "low": {"size": 1, "paused": False}}}
 

@@ -340,3 +340,47 @@ def minute_key(t):
 def histogram_key(klass, t):
     from queued.admin.metrics import histogram_key as key
     return key(klass, t)
+
+
+def test_limits_and_locks_pages_with_a_daemon_using_them(page, daemon, producer, r):
+    # Given a daemon whose job holds the only unit of a concurrent limiter while another is
+    # parked over its limit, a unique job pending, and a limiter whose name is a script
+    import limitjobs
+    import queued
+    d = daemon(concurrency=2, require=("limitjobs.py",))
+    holder = limitjobs.HoldsNever.perform_async("web")
+    wait_for(lambda: counts(r, limitjobs.RUNS).get(holder) == 1, 10, what="the holder")
+    limitjobs.WantsNever.perform_async("w")
+    wait_for(lambda: r.zcard("queued:limiter:{never}:parked") == 1, 10, what="the parked job")
+    unique = limitjobs.Unique.perform_in(3600, "web", None)
+    with queued.Limiter.window(SCRIPT_ARG, 3, 60):
+        pass
+    # When the Limits page is opened (from the menu)
+    page.goto("/")
+    page.click("nav a:text('Limits')")
+    page.wait_for_selector("#limiters")
+    # Then it shows the limiter in use, its over-limit job parked, the script as text
+    row = "#limiters tr[data-limiter=never]"
+    assert page.inner_text(f"{row} td.in-use") == "1"
+    assert page.inner_text(f"{row} td.parked") == "1"
+    assert page.inner_text(f"{row} td.overlimit") == "1"
+    assert SCRIPT_ARG in page.inner_text("#limiters")
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert "over-limit reschedules 1" in page.inner_text("#counters")
+    shot(page, "limits")
+    # And the unique locks page lists the pending job's lock; Give up releases it
+    page.click("#counters a")
+    page.wait_for_selector("#locks")
+    from queued.unique import digest as unique_digest
+    digest = unique_digest({"class": "Unique", "queue": "default", "args": ["web", None]})
+    lock_row = page.locator(f"#locks tr[data-digest='{digest}']")
+    assert lock_row.locator("td.jid").inner_text() == unique
+    shot(page, "locks")
+    lock_row.locator("button[value=release]").click()
+    page.wait_for_selector("p.flash")
+    assert page.inner_text("p.flash") == f"gave up the lock {digest}"
+    assert r.get(f"queued:unique:{digest}") is None
+    assert limitjobs.Unique.perform_in(3600, "web", None) is not None
+    r.set(limitjobs.GATE + "web", 1)
+    wait_for(lambda: len(counts(r, limitjobs.DONE)) == 2, 15, what="both limiter jobs done")
+    assert d.stop() == 0

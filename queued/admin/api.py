@@ -22,15 +22,17 @@ from typing import Any
 import redis as redis_lib
 
 from ..connection import make_redis
-from ..keys import Keys
+from ..keys import COUNTERS, Keys
 from ..payload import job_class_name
 from .deadlimits import DeadLimits
 from .entries import Entry, Filter
 from .jobsets import JobSet
+from .limits import LimiterInfo, Limits
+from .locks import LockInfo, Locks
 from .queues import Queue, latency_of
 
 __all__ = ["Admin", "Stats", "Process", "Running", "Queue", "QueueSummary", "JobSet", "Entry",
-           "Filter", "DeadLimits"]
+           "Filter", "DeadLimits", "Locks", "LockInfo", "Limits", "LimiterInfo"]
 
 #: A remote signal left unread for this long is dropped (Sidekiq's EXPIRE on the list).
 SIGNAL_TTL = 60
@@ -51,6 +53,9 @@ class Admin:
         self.scheduled = JobSet(redis, self.keys, "schedule", dead_limits)
         self.retries = JobSet(redis, self.keys, "retry", dead_limits)
         self.dead = JobSet(redis, self.keys, "dead", dead_limits)
+        #: unique jobs' locks and rate limiters (issue 21)
+        self.locks = Locks(redis, self.keys)
+        self.limits = Limits(redis, self.keys)
 
     def jobset(self, name: str) -> JobSet:
         """``scheduled``/``schedule``, ``retry``/``retries`` or ``dead`` by name."""
@@ -86,6 +91,13 @@ class Admin:
                      default_queue_latency=latency_of(oldest),
                      workers_size=sum(_int(b) for b in found[:len(identities)]),
                      enqueued=sum(sizes.values()), queues=sizes)
+
+    def counters(self) -> dict[str, int]:
+        """queued's own counts, all time: jobs dropped as ``expired``, ``overlimit``
+        reschedules, duplicate pushes dropped (``unique_dropped``) and duplicates put off as
+        they started (``unique_deferred``)."""
+        values = self.r.mget([self.keys.counter(name) for name in COUNTERS])
+        return {name: _int(v) for name, v in zip(COUNTERS, values)}
 
     def history(self, days: int = 7, start: float | None = None) -> list[tuple[str, int, int]]:
         """(UTC day, processed, failed) for ``days`` days back from ``start`` (today),

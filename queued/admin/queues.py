@@ -13,6 +13,7 @@ import redis as redis_lib
 from ..payload import to_epoch
 from ..keys import Keys
 from .entries import Entry, Filter
+from .locks import release_removed, release_taken
 from .snapshot import Snapshot
 from .taskmarks import mark_removed, mark_taken
 
@@ -50,10 +51,12 @@ class Queue:
 
     def clear(self) -> int:
         """Drop every job of the queue and the queue from ``queues``, in one step (Sidekiq's
-        Queue#clear); the number of jobs it held. Its task jobs are told afterwards."""
+        Queue#clear); the number of jobs it held. Its task jobs are told afterwards, and its
+        unique jobs' locks given up."""
         with Snapshot(self.r, self.keys, self.key, "list", take=True,
                       also=lambda pipe: pipe.srem(self.keys.queues, self.name)) as snap:
             mark_taken(self.r, self.keys, snap, self.source, f"queue {self.name}")
+            release_taken(self.r, self.keys, snap)
         return snap.count
 
     def page(self, offset: int = 0, limit: int = 25) -> list[Entry]:
@@ -97,6 +100,7 @@ class Queue:
         if self.r.lrem(self.key, 1, entry.raw) != 1:
             return False
         mark_removed(self.r, self.keys, [entry], "delete", f"queue {self.name}")
+        release_removed(self.r, self.keys, [entry])
         return True
 
     def delete_all(self, where: Filter | None = None, progress: Progress | None = None,
@@ -126,8 +130,9 @@ class Queue:
         for entry in entries:
             pipe.lrem(self.key, 1, entry.raw)
         removed = pipe.execute()
-        mark_removed(self.r, self.keys, [e for e, n in zip(entries, removed) if n], "delete",
-                     f"queue {self.name}")
+        gone = [e for e, n in zip(entries, removed) if n]
+        mark_removed(self.r, self.keys, gone, "delete", f"queue {self.name}")
+        release_removed(self.r, self.keys, gone)
         return sum(removed)
 
     @property

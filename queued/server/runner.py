@@ -34,6 +34,7 @@ from ..errors import JobTimeout, PayloadError, UnknownJobClass
 from .fetch import Reservation
 from ..job import registry
 from ..middleware import server_middleware
+from .guards import rescheduled
 from .outcomes import Outcomes, call_hook
 from .timeout import job_timeout
 
@@ -181,8 +182,18 @@ class Runner:
             self._kinds[cls] = kind
         return kind
 
+    def guarded(self, res: Reservation, msg: dict) -> bool:
+        """Issue 21's checks as a job starts (guards.py): False when it is not to run now
+        (expired, or put off: a copy holds its unique lock). Only for a job that has
+        ``expires_at`` or ``unique_for``: the caller checks."""
+        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], queue=res.queue))
+        return self.outcomes.guards.before(res, msg, registry.lookup(_name(msg)),
+                                           tracking.task_id_of(msg))
+
     def run(self, res: Reservation, msg: dict, lane: Lane, held: int = 0) -> None:
         """A parsed job, sync, on this thread."""
+        if ("expires_at" in msg or "unique_for" in msg) and not self.guarded(res, msg):
+            return
         run = self._begin(res, msg, lane, held)
         start = time.monotonic()
         job, error = None, None
@@ -203,6 +214,16 @@ class Runner:
         """A parsed job whose perform is ``async def``, as a task on the event loop: its time
         limit cancels it; its end is written on a thread of the loop's executor (a Redis
         round trip, or a retry through an outage, must not hold up the loop)."""
+        if "expires_at" in msg or "unique_for" in msg:  # (a Redis call: off the loop)
+            if self.ends_executor is not None:
+                ctx = contextvars.copy_context()
+                go = await asyncio.get_running_loop().run_in_executor(
+                    self.ends_executor, ctx.run, self.guarded, res, msg)
+            else:
+                go = self.guarded(res, msg)
+            if not go:
+                logsetup.set_context("")
+                return
         run = self._begin(res, msg, lane, 0)
         start = time.monotonic()
         job, error = None, None
@@ -281,13 +302,15 @@ class Runner:
         hook = self.outcomes.end(run.res, msg, run.cls, error, run.task_id)
         if self.recorder is not None:
             self.recorder.record(msg, run.res.queue, elapsed,
-                                 error is not None and not isinstance(error, ops.Release))
+                                 error is not None and not isinstance(error, ops.Release)
+                                 and not rescheduled(error))
         return hook
 
     def _done(self, run: _Run, lane: Lane, error: BaseException | None) -> None:
         if error is None and self.config.job_logging:
             self.joblog.done()
-        lane.writer.end(error is not None and not isinstance(error, ops.Release))
+        lane.writer.end(error is not None and not isinstance(error, ops.Release)
+                        and not rescheduled(error))
 
     # --- a job of a task, job operations ------------------------------------------------------
     def _working(self, task_id: str, msg: dict, queue: str) -> None:

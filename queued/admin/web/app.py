@@ -24,7 +24,8 @@ from ...keys import Keys
 from ..api import Admin
 from ..deadlimits import DeadLimits
 from ..metrics import MetricsReader
-from . import pages_busy, pages_jobs, pages_overview, pages_queues, pages_tasks, pages_metrics
+from . import (pages_busy, pages_jobs, pages_limits, pages_metrics, pages_overview,
+               pages_queues, pages_tasks)
 from .prometheus import metrics_route
 from .render import Web, render
 from ..hosts import LOOPBACK, AllowedHosts
@@ -58,7 +59,7 @@ def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | N
               csrf=Csrf(secret), poll_interval=poll_interval)
     # /{set} (scheduled, retries, dead) last: it would match any other one-segment path
     routes = [*pages_overview.routes, *pages_busy.routes, *pages_queues.routes,
-              *pages_tasks.routes, *pages_metrics.routes, metrics_route,
+              *pages_tasks.routes, *pages_metrics.routes, *pages_limits.routes, metrics_route,
               Mount("/static", app=StaticFiles(directory=os.path.join(HERE, "static")),
                     name="static"), *pages_jobs.routes]
     app = Starlette(debug=debug, routes=routes, exception_handlers={
