@@ -38,19 +38,18 @@ production the time is Redis's.
 """
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import json
 import os
 import random
 import re
 import time
-import weakref
 from typing import Any, Callable
 
 from . import client as _client
 from .connection import Script
 from .errors import OverLimit
+from .limitasync import async_redis as _async_redis, run_async as _run_async
 
 _LUA = os.path.join(os.path.dirname(__file__), "lua")
 with open(os.path.join(_LUA, "limit_lib.lua"), "rb") as _f:
@@ -361,6 +360,7 @@ class Rate(Limiter):
                 return
             if wait_ms / 1000 > left:
                 raise self.over(wait_ms)
+            import asyncio  # (only async callers pay for it)
             await asyncio.sleep(wait_ms / 1000)
             waited = time.monotonic() - start
 
@@ -371,40 +371,6 @@ def _block_for(left: float, wait_ms: int) -> float:
     0, which would block for ever."""
     until = min(left, BLOCK_MAX, wait_ms / 1000 if wait_ms > 0 else BLOCK_MAX)
     return max(0.001, until)
-
-
-# --- async Redis -------------------------------------------------------------------------------
-
-async def _run_async(script: Script, r: Any, keys: list, args: list) -> Any:
-    """A script by SHA on a redis.asyncio client (EVAL when Redis has not seen it)."""
-    from redis.exceptions import NoScriptError
-    try:
-        return await r.evalsha(script.sha, len(keys), *keys, *args)
-    except NoScriptError:
-        return await r.eval(script.source, len(keys), *keys, *args)
-
-
-def _async_redis(c: Any) -> Any:
-    """The running loop's redis.asyncio client of the same server as ``c``: queued's
-    ``get_async_redis()`` for the default client where it exists (the threads and async jobs
-    work, issue 17), else one made here per (client, loop)."""
-    getter = getattr(_client, "get_async_redis", None)
-    if getter is not None and c is _client.default_client():
-        return getter()
-    loop = asyncio.get_running_loop()
-    per_loop = _async_clients.setdefault(loop, {})
-    found = per_loop.get(id(c))
-    if found is None:
-        import redis.asyncio as aioredis
-        kw = dict(getattr(c.redis.connection_pool, "connection_kwargs", {}))
-        kw["unix_socket_path"] = kw.get("path")
-        found = per_loop[id(c)] = aioredis.Redis(**{
-            k: kw[k] for k in ("host", "port", "db", "username", "password",
-                               "unix_socket_path") if kw.get(k) is not None})
-    return found
-
-
-_async_clients: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _whole(value: Any, what: str, least: int) -> None:

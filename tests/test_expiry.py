@@ -16,7 +16,7 @@ class Ephemeral(queued.Job):
         pass
 
 
-class Plain(queued.Job):
+class Lasting(queued.Job):
     def perform(self, *args):
         pass
 
@@ -55,13 +55,13 @@ def test_bulk_pushes_write_the_same_deadline_as_single_pushes(producer, r, froze
 
 
 def test_set_expires_in_for_one_push_and_none_for_none(producer, r, frozen):
-    Plain.set(expires_in=5).perform_async()
-    Plain.set(expires_in=None).perform_async()
+    Lasting.set(expires_in=5).perform_async()
+    Lasting.set(expires_in=None).perform_async()
     first, second = (json.loads(m) for m in reversed(r.lrange("queue:default", 0, -1)))
     assert first["expires_at"] == frozen + 5
     assert "expires_at" not in second and "expires_in" not in second
     with pytest.raises(TypeError, match="expires_in"):
-        Plain.set(expires_in=-1)
+        Lasting.set(expires_in=-1)
     with pytest.raises(ValueError, match="expires_at"):
         producer.push({"class": "Ruby::Job", "args": [], "expires_at": "tomorrow"})
 

@@ -21,7 +21,7 @@ class Report(queued.Job):
         pass
 
 
-class Plain(queued.Job):
+class NotUnique(queued.Job):
     def perform(self, account):
         pass
 
@@ -58,14 +58,14 @@ def test_a_scheduled_unique_jobs_lock_lasts_its_delay_plus_its_period(producer, 
 
 
 def test_set_unique_for_makes_one_push_unique_and_none_means_not(producer, r):
-    assert Plain.set(unique_for=10).perform_async(1) is not None
-    assert Plain.set(unique_for=10).perform_async(1) is None
-    assert Plain.perform_async(1) is not None  # the class itself is not unique
-    assert Plain.set(unique_for=None).perform_async(1) is not None
+    assert NotUnique.set(unique_for=10).perform_async(1) is not None
+    assert NotUnique.set(unique_for=10).perform_async(1) is None
+    assert NotUnique.perform_async(1) is not None  # the class itself is not unique
+    assert NotUnique.set(unique_for=None).perform_async(1) is not None
     with pytest.raises(TypeError, match="unique_for"):
-        Plain.set(unique_for=0)
+        NotUnique.set(unique_for=0)
     with pytest.raises(TypeError, match="unique_until"):
-        Plain.set(unique_until="done")
+        NotUnique.set(unique_until="done")
     with pytest.raises(ValueError, match="unique_for"):
         producer.push({"class": "Ruby::Job", "args": [], "unique_for": "1h"})
 
@@ -82,7 +82,7 @@ def test_perform_bulk_of_a_unique_job_says_which_were_dropped(producer, r):
     assert holder(r, "Report", [2]) == existing
     assert r.get(K.counter("unique_dropped")) == b"2"
     # A bulk push of a job that is not unique keeps its shape: the pushed jids
-    assert len(Plain.perform_bulk([[1], [1]])) == 2
+    assert len(NotUnique.perform_bulk([[1], [1]])) == 2
 
 
 def test_a_task_does_not_count_a_dropped_duplicate(producer, r):
@@ -91,10 +91,10 @@ def test_a_task_does_not_count_a_dropped_duplicate(producer, r):
         Report.perform_async(1)  # a duplicate: dropped
         Report.perform_async(2)
         Report.perform_async(2)  # a duplicate within the block
-        Plain.perform_async(9)
+        NotUnique.perform_async(9)
     progress = task.progress()
     assert (progress["total"], progress["enqueued"]) == (2, 2)
-    assert {rec["class"] for rec in task.jobs()} == {"Report", "Plain"}
+    assert {rec["class"] for rec in task.jobs()} == {"Report", "NotUnique"}
     assert r.llen("queue:default") == 3
     assert r.get(K.counter("unique_dropped")) == b"2"
 
@@ -141,7 +141,7 @@ def test_a_removal_that_finds_the_job_gone_leaves_its_lock(producer, r):
 def test_clearing_a_queue_or_the_schedule_gives_their_jobs_locks_up(producer, r):
     admin = api.Admin(r)
     for i in range(1500):
-        Plain.perform_async(i)
+        NotUnique.perform_async(i)
     Report.perform_async("c1")
     Report.perform_async("c2")
     Report.perform_in(60, "c3")

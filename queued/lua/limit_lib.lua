@@ -5,8 +5,10 @@
 -- (units granted at once), "waited" (granted after waiting) and "wait_ms" (their waits),
 -- "overlimit" (OverLimit raised: no unit within wait_timeout), "rescheduled" (jobs parked after
 -- one), "reclaimed" (concurrent: units of holders past lock_timeout taken back). The index of
--- limiters (Keys.limiters) scores each name by its last use; both live LIMITER_TTL past it.
+-- limiters (Keys.limiters) scores each name by its last use (to the minute); both live
+-- LIMITER_TTL past it.
 local LIMITER_TTL = 90 * 24 * 3600
+local LIMITER_REFRESH = 60
 
 -- The time in seconds: the caller's (an injected clock, in tests) or Redis's own.
 local function limit_now(given)
@@ -24,7 +26,15 @@ end
 -- try, else the ms the caller has waited; ``left`` the ms it may still wait (a refusal with
 -- no time left is an OverLimit). ``wait_ms``: when a unit comes (-1: unknown, concurrent).
 local function limit_count(hash, index, name, def, now, granted, waited, left, wait_ms)
-  redis.call('HSET', hash, 'def', def)
+  -- (the definition, the index and their TTL are written at most once a minute per limiter:
+  -- three writes a take were a third of a take's cost in Redis)
+  local seen = redis.call('ZSCORE', index, name)
+  seen = seen and tonumber(seen)
+  if not seen or now - seen > LIMITER_REFRESH or now < seen then
+    redis.call('HSET', hash, 'def', def)
+    redis.call('EXPIRE', hash, LIMITER_TTL)
+    redis.call('ZADD', index, limit_time(now), name)
+  end
   if granted then
     if waited == '' then
       redis.call('HINCRBY', hash, 'held', 1)
@@ -35,8 +45,6 @@ local function limit_count(hash, index, name, def, now, granted, waited, left, w
   elseif (wait_ms < 0 and tonumber(left) <= 0) or (wait_ms >= 0 and wait_ms > tonumber(left)) then
     redis.call('HINCRBY', hash, 'overlimit', 1)
   end
-  redis.call('EXPIRE', hash, LIMITER_TTL)
-  redis.call('ZADD', index, limit_time(now), name)
 end
 
 -- Concurrent limiters. A released (or taken back) unit pushes one token per unit to the wake
