@@ -33,6 +33,7 @@ from ..redisopts import mask_url
 from . import cron, ctlcmds, ctljobs, ctlprocs, ctltasks, ctlweb
 from .ctlout import INSTALL_HINT, NeedRich, require_rich
 from .deadlimits import DeadLimits
+from .names import EXACT_NAMES
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -138,10 +139,12 @@ class Target(NamedTuple):
 
 def connect(url: str, source: str, timeout: float) -> redis_lib.Redis:
     """A client that fails fast and never retries behind our back (a bulk action re-sent
-    after a lost reply must be our decision)."""
+    after a lost reply must be our decision), and encodes names read from Redis back to
+    their bytes (names.py)."""
     try:
         return client_from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                               retry=Retry(NoBackoff(), 0), client_name="queuedctl")
+                               retry=Retry(NoBackoff(), 0), client_name="queuedctl",
+                               **EXACT_NAMES)
     except ValueError as e:
         raise ConfigError(f"{source}: not a Redis URL: {mask_url(url)}: {e}") from None
 
