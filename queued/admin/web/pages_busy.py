@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.routing import Route
 
-from .render import act, render, web_of
+from .render import act, form_text, render, web_of
 
 SIGNALS = {"quiet": "TSTP", "stop": "TERM", "dump": "TTIN"}
 
@@ -21,7 +21,7 @@ def busy(request: Request):
 
 async def signal(request: Request):
     def work(web, form) -> str:
-        action, identity = str(form.get("action", "")), str(form.get("identity", ""))
+        action, identity = str(form.get("action", "")), form_text(form, "identity")
         if action not in SIGNALS:
             return f"unknown action {action!r}"
         if identity == "*":

@@ -9,7 +9,8 @@ from starlette.routing import Route
 
 from ...keys import TASK_STATES
 from ...task import Task
-from .render import PAGE_SIZE, int_param, pager, path_param, render, web_of
+from .paging import PAGE_SIZE, int_param, pager
+from .render import path_param, render, web_of
 
 TASKS_PER_PAGE = 25
 
