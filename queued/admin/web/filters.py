@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 #: A code point UTF-8 cannot encode: a surrogate.
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_SPLIT = re.compile("([\ud800-\udfff])")
 
 
 def visible(text: str) -> str:
@@ -117,12 +118,23 @@ def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (words or word + 's')}"
 
 
+def marked(name: str) -> str | Markup:
+    """A name as text, each byte that is not UTF-8 shown as ``\xff`` and marked as such (a
+    queue named by the four characters ``\xff`` reads differently)."""
+    if not _SURROGATE.search(name):
+        return name
+    parts = _SURROGATE_SPLIT.split(name)
+    return Markup("").join(
+        Markup('<span class="byte" title="a byte that is not UTF-8">%s</span>') % visible(p)
+        if _SURROGATE.fullmatch(p) else p for p in parts if p)
+
+
 def shown(name: str) -> str | Markup:
     """A name as a link's text: an empty or blank one says so (a link with no text cannot
-    be seen or clicked)."""
+    be seen or clicked); bytes that are not UTF-8 marked."""
     if not name.strip():
         return Markup('<em class="noname">(%s name)</em>') % ("empty" if not name else "blank")
-    return name
+    return marked(name)
 
 
 def raw_text(raw: bytes) -> str:
@@ -137,4 +149,4 @@ def member_id(raw: bytes) -> str:
 
 FILTERS = {"ago": ago, "duration": duration, "utc": utc, "utc_text": utc_text, "iso": iso,
            "compact": compact, "pretty": pretty, "number": number, "plural": plural,
-           "shown": shown, "visible": visible, "raw_text": raw_text, "member_id": member_id}
+           "shown": shown, "marked": marked, "visible": visible, "raw_text": raw_text, "member_id": member_id}

@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from ..entries import Entry, Filter
 from ..jobsets import JobSet
-from .filters import member_id as digest
+from .filters import member_id as digest, plural
 from .paging import int_param, page_size, pager
 from .render import act, path_param, render, web_of
 
@@ -166,7 +166,7 @@ async def action(request: Request):
         if form.get("scope") == "all":
             where = filter_of({p: form.get("f_" + p, "") for p in FILTERS})
             n = getattr(js, f"{what}_all")(where)
-            return f"{_past(what)} {n} job{'s' if n != 1 else ''}" + (
+            return f"{_past(what)} {plural(n, 'job')}" + (
                 " (every match)" if where else " (the whole set)")
         done = gone = 0
         for key in form.getlist("job"):
@@ -176,7 +176,7 @@ async def action(request: Request):
                 done += 1
             else:
                 gone += 1
-        text = f"{_past(what)} {done} job{'s' if done != 1 else ''}"
+        text = f"{_past(what)} {plural(done, 'job')}"
         return text + (f"; {gone} no longer there" if gone else "")
     return await act(request, work, "jobset", set=slug)
 

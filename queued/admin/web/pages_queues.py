@@ -17,7 +17,8 @@ from .paging import pager
 from .render import act, path_param, render, web_of
 
 #: What each action on a queue's jobs does, and how its message says it.
-JOB_ACTIONS = {"delete": ("delete", "deleted"), "run_next": ("run_next", "moved to the front")}
+JOB_ACTIONS = {"delete": ("delete", "deleted {}"),
+               "run_next": ("run_next", "moved {} to the front")}
 
 
 def queues(request: Request):
@@ -68,13 +69,15 @@ async def queue_action(request: Request):
 def _on_jobs(q: Queue, action: str, rows: list) -> str:
     method, past = JOB_ACTIONS[action]
     done = gone = 0
-    for row in rows:
+    # Moved one by one, each to the front: the last moved runs first, so the ticked rows go
+    # in reverse to keep their order among themselves.
+    for row in (reversed(rows) if action == "run_next" else rows):
         entry = _locate(q, str(row))
         if entry is not None and getattr(q, method)(entry):
             done += 1
         else:
             gone += 1
-    return f"{past} {plural(done, 'job')}" + (f"; {gone} no longer there" if gone else "")
+    return past.format(plural(done, "job")) + (f"; {gone} no longer there" if gone else "")
 
 
 def _locate(q: Queue, row: str) -> Entry | None:
