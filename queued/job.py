@@ -33,6 +33,7 @@ from typing import Any, Callable, NoReturn
 from . import client as _client
 from . import ops
 from .arguments import check_json
+from . import suggest
 
 #: Options a job class may set in ``queued_options``.
 OPTION_KEYS = frozenset(
@@ -98,6 +99,12 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._classes)
+
+    def missing(self, name: str) -> str:
+        """Why a job of class ``name`` cannot run here, with the near names this process has
+        (issue 20: "did you mean Billing::InvoiceJob?", not Ruby's "uninitialized constant")."""
+        return (f"no job class named {name!r} is registered in this process"
+                f"{suggest.did_you_mean(name, self.names())}")
 
     def __contains__(self, name: object) -> bool:
         return name in self._classes

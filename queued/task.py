@@ -399,7 +399,9 @@ def _record(jid: str, state: str, rec: bytes | None, err: bytes | None,
         at, text = json.loads(line)
         messages.append({"at": at, "text": text})
     return {"jid": jid, "status": PUBLIC[state], "retrying": state == "retry",
-            "final": state in FINAL, "class": record.get("class"), "queue": record.get("queue"),
+            "final": state in FINAL,
+            # (ActiveJob's wrapped class, as Sidekiq shows it: issue 20)
+            "class": record.get("wrapped") or record.get("class"), "queue": record.get("queue"),
             "args": record.get("args"), "at": record.get("at"),
             "error": json.loads(err) if err else None, "messages": messages}
 

@@ -158,7 +158,7 @@ class Admin:
         out = []
         for p, work in zip(procs, pipe.execute()):
             for tid, value in sorted(work.items()):
-                out.append(Running.from_work(p.identity, tid.decode(), value, now))
+                out.append(Running.from_work(p.identity, tid.decode(), value, now, p.pid))
         return out
 
 
@@ -278,35 +278,46 @@ class Process:
 
 @dataclass(frozen=True)
 class Running:
+    """A running job, from its process's ``<identity>:workers`` hash. ``worker`` and ``pid``
+    are what the job's log lines say (``pid=4242 tid=w3``): queued writes both beside
+    Sidekiq's fields; for Sidekiq's own processes they are its thread id and the process's
+    pid (its threads share it)."""
     identity: str
     tid: str
     queue: str
     run_at: float | None
     runtime: float | None
     entry: Entry
+    worker: str = ""
+    pid: int | None = None
 
     @classmethod
-    def from_work(cls, identity: str, tid: str, value: bytes, now: float) -> Running:
+    def from_work(cls, identity: str, tid: str, value: bytes, now: float,
+                  process_pid: int | None = None) -> Running:
         try:
             work = json.loads(value)
         except ValueError:
             work = {}
-        payload = work.get("payload") if isinstance(work, dict) else None
+        if not isinstance(work, dict):
+            work = {}
+        payload = work.get("payload")
         # Sidekiq 6 writes the payload as a JSON string, 7+ as an object.
         raw = (payload.encode() if isinstance(payload, str) else
                json.dumps(payload or {}).encode())
-        run_at = _float(work.get("run_at")) if isinstance(work, dict) else None
+        run_at = _float(work.get("run_at"))
         if run_at is not None and run_at > 1e11:  # Sidekiq 8: milliseconds
             run_at /= 1000
-        queue = str(work.get("queue") or "") if isinstance(work, dict) else ""
+        queue = str(work.get("queue") or "")
+        pid = work.get("pid")
+        pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else process_pid
         return cls(identity, tid, queue, run_at, None if run_at is None else now - run_at,
-                   Entry(raw, None, f"queue:{queue}"))
+                   Entry(raw, None, f"queue:{queue}"), str(work.get("worker") or tid), pid)
 
     def as_dict(self) -> dict[str, Any]:
         e = self.entry
-        return {"identity": self.identity, "tid": self.tid, "queue": self.queue,
-                "jid": e.jid, "class": e.klass, "args": e.args, "run_at": self.run_at,
-                "runtime": self.runtime}
+        return {"identity": self.identity, "tid": self.tid, "worker": self.worker,
+                "pid": self.pid, "queue": self.queue, "jid": e.jid, "class": e.klass,
+                "args": e.args, "run_at": self.run_at, "runtime": self.runtime}
 
 
 def _int(value: Any) -> int:

@@ -55,11 +55,14 @@ def run_running(ctx: Context, args) -> int:
     if args.json:
         out.emit_json([r.as_dict() for r in running])
         return 0
+    # (PID and Worker as the job's log lines say them: pid=4242 tid=w3)
     out.print_table(
-        "Running jobs", ["Process", "JID", "Queue", "Class", "Args", "Started"],
-        [(r.identity, r.entry.jid, r.queue, r.entry.klass, out.compact(r.entry.args, 50),
-          out.when(r.run_at, ctx.now)) for r in running],
-        caption=f"{out.plural(len(running), 'job')} running")
+        "Running jobs", ["Process", "PID", "Worker", "JID", "Queue", "Class", "Args",
+                         "Started"],
+        [(r.identity, "-" if r.pid is None else r.pid, r.worker, r.entry.jid, r.queue,
+          r.entry.klass, out.compact(r.entry.args, 50), out.when(r.run_at, ctx.now))
+         for r in running],
+        caption=f"{out.plural(len(running), 'job')} running", right=("PID",))
     return 0
 
 

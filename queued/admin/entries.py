@@ -5,8 +5,11 @@ Pure: no Redis here. ``jobsets.py`` and ``queues.py`` make entries from what Red
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
+import zlib
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterable
@@ -15,6 +18,8 @@ from .. import activejob
 from ..payload import job_class_name, to_epoch
 
 _PLAIN = re.compile(r"[A-Za-z0-9_.@-]+")
+#: What a backtrace may inflate to (the blob is data from Redis, not trusted).
+BACKTRACE_MAX = 1 << 20
 
 
 class Entry:
@@ -82,6 +87,11 @@ class Entry:
     @property
     def error_message(self) -> str:
         return str(self._get("error_message") or "")
+
+    @property
+    def backtrace(self) -> list[str]:
+        """The lines of its ``error_backtrace``, innermost first; [] when it has none."""
+        return backtrace_lines(self._get("error_backtrace"))
 
     @property
     def retry_count(self) -> int | None:
@@ -155,6 +165,21 @@ class Filter:
         if self.arg is not None and _PLAIN.fullmatch(self.arg):
             return f"*{self.arg}*"
         return None
+
+
+def backtrace_lines(blob: Any) -> list[str]:
+    """Sidekiq's ``error_backtrace``: base64 of zlib of a JSON list of lines (Sidekiq 6+ and
+    queued), or the list itself (before 6.0). One that cannot be read says so in one line."""
+    if isinstance(blob, list):
+        return [str(line) for line in blob]
+    if not isinstance(blob, str) or not blob:
+        return []
+    try:
+        raw = zlib.decompressobj().decompress(base64.b64decode(blob), BACKTRACE_MAX)
+        lines = json.loads(raw)
+    except (binascii.Error, zlib.error, ValueError):
+        return ["(the backtrace could not be read)"]
+    return [str(line) for line in lines] if isinstance(lines, list) else []
 
 
 def _glob_escape(text: str) -> str:

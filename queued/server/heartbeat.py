@@ -103,7 +103,8 @@ class Heartbeat:
                        payloads[0] if payloads else b"{}")
             out[pid_tag(v.pid)] = json.dumps({
                 "queue": v.queue, "payload": raw.decode("utf-8", "replace"),
-                "run_at": int(v.started_at)}, separators=(",", ":"), ensure_ascii=False)
+                "run_at": int(v.started_at), "worker": f"w{v.slot}", "pid": v.pid},
+                separators=(",", ":"), ensure_ascii=False)  # (worker, pid: as log lines say)
         return out
 
     def _rss_kb(self, pids: Sequence[int]) -> int:

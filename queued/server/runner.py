@@ -110,7 +110,7 @@ class Runner:
         shown = codec.job_class_name(msg)
         self.writer.begin(msg["jid"], res.queue, shown, timeout)
         self.title.busy(shown)
-        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], queue=res.queue))
+        logsetup.set_context(logsetup.job_context(shown, msg["jid"], queue=res.queue))
         task_id = tracking.task_id_of(msg)
         if task_id is not None:
             self._working(task_id, msg, res.queue)
@@ -118,8 +118,7 @@ class Runner:
         job, error = None, None
         try:
             if cls is None:
-                raise UnknownJobClass(f"uninitialized constant {name}: no job class "
-                                      f"named {name!r} is registered in this process")
+                raise UnknownJobClass(registry.missing(name))
             job = cls()
             job.jid, job.queue, job.msg, job.task_id = msg["jid"], res.queue, msg, task_id
             with job_timeout(timeout, f"{msg['class']} (jid {msg['jid']})"):
@@ -130,7 +129,7 @@ class Runner:
         self.task = None
         elapsed = time.monotonic() - start
         self._learn(msg["class"], elapsed)
-        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], elapsed, res.queue))
+        logsetup.set_context(logsetup.job_context(shown, msg["jid"], elapsed, res.queue))
         self._ended(res, msg, cls, job, error, task_id)
         failed = error is not None and not isinstance(error, ops.Release)
         if self.recorder is not None:

@@ -159,8 +159,11 @@ def test_sidekiq_processes_and_their_jobs_show_and_quiet_from_ruby(sidekiq, prod
     assert (work["identity"], work["jid"], work["class"], work["args"], work["queue"]) == (
         identity, jid, "InteropGate", ["busy"], "rubyq")
     assert abs(work["run_at"] - time.time()) < 30
+    # (a Sidekiq process: its pid, and its thread id as the worker)
     (running,) = rows(ok("running", url=redis_url))
-    assert running[:4] == [identity, jid, "rubyq", "InteropGate"]
+    assert running[:6] == [identity, str(work["pid"]), work["worker"], jid, "rubyq",
+                           "InteropGate"]
+    assert work["pid"] == int(identity.split(":")[1]) and work["worker"] == work["tid"]
     assert ctl("ping", "--queue", "rubyq", url=redis_url).returncode == 0
     # When Ruby quiets every process with Sidekiq's API
     assert ruby_json(ruby, QUIET_ALL, redis_url) == [identity]

@@ -9,18 +9,11 @@ from starlette.routing import Route
 
 from ...keys import TASK_STATES
 from ...task import Task
+from ..tasksummary import summary
 from .paging import PAGE_SIZE, int_param, pager
 from .render import path_param, render, web_of
 
 TASKS_PER_PAGE = 25
-
-
-def summary(task: Task) -> dict:
-    """progress() and what the bar shows: the share of jobs in a final state."""
-    p = task.progress()
-    final = p["finished"] + p["failed"] + p["error"] - p["retrying"]
-    percent = 100 if p["complete"] else (final * 100 // p["total"] if p["total"] else 0)
-    return {**p, "final": final, "percent": percent}
 
 
 def tasks(request: Request):
@@ -29,7 +22,11 @@ def tasks(request: Request):
     ids = [i.decode() for i in web.r.zrevrange(web.keys.tasks, page.offset,
                                                page.offset + page.size - 1)]
     found = [Task.find(i, web.client) for i in ids]
-    rows = [(t, t.info(), summary(t)) for t in found if t is not None]
+    rows = []
+    for t in found:
+        if t is not None:
+            info = t.info()
+            rows.append((t, info, summary(t, info)))
     return render(request, "tasks.html", {"rows": rows, "pager": page})
 
 
@@ -38,7 +35,8 @@ def task(request: Request):
     t = Task.find(path_param(request, "tid"), web.client)
     if t is None:
         raise HTTPException(404, "no such task (never made, or expired)")
-    progress = summary(t)
+    info = t.info()
+    progress = summary(t, info)  # (the numbers queuedctl task shows: tasksummary.py)
     state = request.query_params.get("state") or _first_state(progress)
     if state not in TASK_STATES:
         raise HTTPException(404, f"no state {state!r}: one of {', '.join(TASK_STATES)}")
@@ -46,8 +44,8 @@ def task(request: Request):
     records, next_cursor = t.page(state, cursor, PAGE_SIZE)
     counts = {"enqueued": progress["enqueued"], "working": progress["working"],
               "finished": progress["finished"], "failed": progress["failed"],
-              "retry": progress["retrying"], "error": progress["error"] - progress["retrying"]}
-    return render(request, "task.html", {"task": t, "info": t.info(), "progress": progress,
+              "retry": progress["retrying"], "error": progress["error"]}
+    return render(request, "task.html", {"task": t, "info": info, "progress": progress,
                                          "state": state, "counts": counts, "records": records,
                                          "next_cursor": next_cursor, "cursor": cursor})
 
@@ -56,7 +54,7 @@ def _first_state(p: dict) -> str:
     """What to show first: what went wrong, if anything did."""
     if p["failed"]:
         return "failed"
-    if p["error"] - p["retrying"]:
+    if p["error"]:
         return "error"
     if p["retrying"]:
         return "retry"
