@@ -294,7 +294,7 @@ def test_a_backtrace_bomb_is_read_in_bounded_memory():
     # When it is decoded, Then no more than about the 1 MiB bound is ever held
     tracemalloc.start()
     try:
-        lines = pages_jobs.backtrace(entry)
+        lines = entry.backtrace
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -303,7 +303,7 @@ def test_a_backtrace_bomb_is_read_in_bounded_memory():
     # and a good one of Sidekiq's is read whole
     good = Entry(json.dumps({"jid": "g", "error_backtrace": blob(
         json.dumps(["app.rb:1:in `x'", "app.rb:2"]).encode())}).encode(), 1.0, "dead")
-    assert pages_jobs.backtrace(good) == ["app.rb:1:in `x'", "app.rb:2"]
+    assert good.backtrace == ["app.rb:1:in `x'", "app.rb:2"]
 
 
 # --- metrics: the reader on Sidekiq 7's layout ---------------------------------------------------

@@ -552,3 +552,52 @@ def test_long_names_and_a_set_of_100000_jobs_read_well(page, r):
     assert page.dialogs == ["Retry 2,000 jobs that match this search now?"]
     assert page.inner_text("p.flash") == "retried 2,000 jobs (every match)"
     assert r.zcard("dead") == 98_000
+
+
+def test_task_page_with_failures_callbacks_and_actions(page, daemon, producer, r):
+    import queued
+    daemon(concurrency=2, require=DAEMON_REQUIRE)
+    task = queued.Task("promo 42: register 7 products", on_complete=taskjobs.TComplete,
+                       on_success=taskjobs.TSuccess)
+    with task:
+        for i in range(3):
+            taskjobs.TOk.perform_async(i)
+        for i in range(2):
+            taskjobs.TBusiness.perform_async(10 + i)
+        buried = [taskjobs.TBury.perform_async(20 + i) for i in range(2)]
+    wait_for(lambda: r.llen(taskjobs.CALLBACKS) == 1, 20, what="the on_complete callback")
+    page.goto(f"/tasks/{task.id}")
+    # Then it says it is complete, and how many failed: not an error badge alone
+    assert page.inner_text("#task-line .task-state") == "complete, 2 failed, 2 errors"
+    assert page.inner_text("#task-info td.completed").startswith(
+        time.strftime("%Y-%m-%d", time.gmtime()))
+    assert "pushed" in page.inner_text("#task-info tr[data-kind=on_complete]")
+    assert "not pushed" in page.inner_text("#task-info tr[data-kind=on_success]")
+    assert "price below cost" in page.inner_text("#records")
+    shot(page, "task-failures")
+    # Its finished jobs' messages
+    page.click("#task-line ~ .tabs a[data-state=finished]")
+    page.wait_for_selector("#records td.messages .message")
+    assert sorted(m.inner_text()[-4:] for m in page.query_selector_all("#records .message")) \
+        == ["ok 0", "ok 1", "ok 2"]
+    # A record's jid opens Find, which says where the job is now
+    page.goto(f"/tasks/{task.id}?state=error")
+    page.click(f"#records tr[data-jid='{buried[0]}'] a.jid")
+    page.wait_for_selector("#places")
+    assert page.locator("#places tr[data-where=dead]").count() == 1
+    assert page.locator("#places tr[data-where=task]").count() == 1
+    shot(page, "find")
+    # When its errors are retried (the question says how many), they run again
+    page.goto(f"/tasks/{task.id}")
+    page.click("#task-actions button[value=retry_errors]")
+    page.wait_for_selector("p.flash")
+    assert page.dialogs == ["Retry 2 jobs of this task now (0 waiting for a retry, 2 dead)?"]
+    wait_for(lambda: all(r.hget(taskjobs.RUNS, j) == b"2" for j in buried), 20,
+             what="the retried jobs to run again")
+    # When it is deleted, the browser is back on the list, without it
+    page.click("#task-delete button[value=delete]")
+    page.wait_for_selector("p.flash")
+    assert page.dialogs[-1] == (f"Delete task {task.id} and the records of its 7 jobs? Its "
+                                "jobs still waiting run outside any task; no callback is pushed.")
+    assert page.url.endswith("/tasks")
+    assert page.locator(f"#tasks tr[data-task='{task.id}']").count() == 0

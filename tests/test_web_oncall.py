@@ -454,3 +454,89 @@ def test_names_that_are_not_utf8_are_listed_and_addressed_exactly(served, r):
         assert r.lrange(b"host:\xff:1-signals", 0, -1) == [b"TSTP"]
         # and the Prometheus gauges name it by its escaped bytes
         assert 'queued_queue_paused{queue="\\\\xff\\\\xfe"} 1.0' in c.get("/metrics").text
+
+
+# --- 5. a task's page: callbacks, completion, messages, retry its errors, delete it -------------
+
+def test_a_complete_task_with_failures_says_how_many_and_acts(daemon, producer, r, redis_url):
+    import queued
+    import taskjobs
+    from ctlrun import ctl_json
+    from harness import wait_for
+    # Given a task of 3 jobs that finish (saying so), 2 business failures and 2 buried, with
+    # both callbacks, run by a live daemon to its end
+    daemon(require=("taskjobs.py",), concurrency=2)
+    task = queued.Task("promo 42", on_complete=taskjobs.TComplete,
+                       on_success=taskjobs.TSuccess)
+    with task:
+        for i in range(3):
+            taskjobs.TOk.perform_async(i)
+        for i in range(2):
+            taskjobs.TBusiness.perform_async(10 + i)
+        buried = [taskjobs.TBury.perform_async(20 + i) for i in range(2)]
+    wait_for(lambda: r.llen(taskjobs.CALLBACKS) == 1, 20, what="the on_complete callback")
+    app = TestClient(create_app(redis_lib.Redis.from_url(redis_url)), base_url="http://localhost")
+    page = app.get(f"/tasks/{task.id}").text
+    # Then its state says how many failed, with queuedctl's numbers
+    s = ctl_json("task", task.id, url=redis_url)["summary"]
+    assert (s["finished"], s["failed"], s["error"], s["state"]) == (
+        3, 2, 2, "complete, with failures")
+    state = re.search(r'<span class="badge failed task-state">(.*?)</span>', page).group(1)
+    assert state == "complete, 2 failed, 2 errors"
+    assert f'data-percent="{s["percent"]}"' in page
+    tabs = dict(re.findall(r'data-state="(\w+)">\w+ <b>([\d,]+)</b>', page))
+    assert tabs == {"enqueued": "0", "working": "0", "finished": "3", "failed": "2",
+                    "retry": "0", "error": "2"}
+    listed = app.get("/tasks").text
+    assert "complete, 2 failed, 2 errors</span>" in rows_by(listed, "data-task")[task.id]
+    # its completion time, and its callbacks: on_complete pushed, on_success not
+    info = task.info()
+    assert filters.utc_text(info["completed_at"]) in re.search(
+        r'<td class="completed">(.*?)</td>', page, re.S).group(1)
+    callbacks = dict(re.findall(r'<tr class="callback" data-kind="(\w+)">(.*?)</tr>', page,
+                                re.S))
+    assert set(callbacks) == {"on_complete", "on_success"}
+    assert "TComplete" in callbacks["on_complete"]
+    assert re.search(r"pushed <time", callbacks["on_complete"])
+    assert "not pushed: the task completed with failures" in callbacks["on_success"]
+    (kind, tid, summary), = [json.loads(x) for x in r.lrange(taskjobs.CALLBACKS, 0, -1)]
+    assert (kind, tid) == ("complete", task.id)
+    # and the messages the finished jobs said
+    finished = app.get(f"/tasks/{task.id}", params={"state": "finished"}).text
+    assert sorted(re.findall(r"</time> (ok \d)</div>", finished)) == ["ok 0", "ok 1", "ok 2"]
+    # When its errors are retried from the page
+    token = token_of(page)
+    done = app.post(f"/tasks/{task.id}", data={"csrf_token": token, "action": "retry_errors"})
+    # Then the two dead jobs went back to their queue (and were buried again by the daemon)
+    assert flash_of(done.text) == (f"retried 2 jobs of task {task.id} now (0 from Retries, "
+                                   f"2 from Dead)")
+    wait_for(lambda: all(r.hget(taskjobs.RUNS, j) == b"2" for j in buried), 20,
+             what="the retried jobs to run again")
+    # When it is deleted
+    done = app.post(f"/tasks/{task.id}?then=tasks", data={"csrf_token": token,
+                                                          "action": "delete"})
+    # Then its keys are gone and the list says so
+    assert flash_of(done.text) == (f"deleted task {task.id}: its jobs still waiting run "
+                                   f"outside any task, and no callback is pushed")
+    assert str(done.url.path) == "/tasks" and task.id not in rows_by(done.text, "data-task")
+    assert r.keys(f"queued:task:{task.id}*") == [] and r.zscore("queued:tasks", task.id) is None
+    assert app.get(f"/tasks/{task.id}").status_code == 404
+
+
+def test_find_says_where_a_job_is_and_links_there(client, r):
+    r.sadd("queues", "default")
+    r.lpush("queue:default", *(dead_job(f"q{i}") for i in range(60)))
+    r.zadd("dead", {dead_job("d1", error="Net::ReadTimeout"): 1000.0})
+    page = client.get("/find", params={"jid": "q5"}).text
+    (where,) = rows_by(page, "data-where").items()
+    assert where[0] == "queue" and "place 6 of 60 (1 runs next)" in where[1]
+    assert html.unescape(attr(where[1], "href")) == "/queues/default"
+    deep = rows_by(client.get("/find", params={"jid": "q40"}).text, "data-where")["queue"]
+    assert html.unescape(attr(deep, "href")) == "/queues/default?page=2"
+    assert "q40" in queue_rows(client.get("/queues/default", params={"page": 2}).text)
+    dead = rows_by(client.get("/find", params={"jid": "d1"}).text, "data-where")["dead"]
+    assert "<code>d1</code>" in heading(client.get(html.unescape(attr(dead, "href"))).text)
+    assert 'id="nowhere"' in client.get("/find", params={"jid": "nope"}).text
+    # A queue's jids link here
+    queue = client.get("/queues/default").text
+    assert html.unescape(attr(rows_by(queue, "data-jid")["q0"], "href")) == "/find?jid=q0"

@@ -26,8 +26,8 @@ from ..api import Admin
 from ..deadlimits import DeadLimits
 from ..metrics import MetricsReader
 from ..names import EXACT_NAMES
-from . import (pages_busy, pages_cron, pages_jobs, pages_metrics, pages_overview, pages_queues,
-               pages_tasks)
+from . import (pages_busy, pages_cron, pages_find, pages_jobs, pages_metrics, pages_overview,
+               pages_queues, pages_tasks)
 from .flash import Flash
 from .frame import Footer, redis_location
 from .prometheus import metrics_route
@@ -64,7 +64,8 @@ def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | N
               footer=Footer(redis_location(redis), namespace), poll_interval=poll_interval)
     # /{set} (scheduled, retries, dead) last: it would match any other one-segment path
     routes = [*pages_overview.routes, *pages_busy.routes, *pages_queues.routes,
-              *pages_tasks.routes, *pages_cron.routes, *pages_metrics.routes, metrics_route,
+              *pages_tasks.routes, *pages_cron.routes, *pages_find.routes, *pages_metrics.routes,
+              metrics_route,
               Mount("/static", app=StaticFiles(directory=os.path.join(HERE, "static")),
                     name="static"), *pages_jobs.routes]
     app = Starlette(debug=debug, routes=routes, exception_handlers={

@@ -11,10 +11,6 @@ is not JSON, or whose jid is empty or shared, is still addressed alone (issue 20
 """
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-import zlib
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -30,13 +26,12 @@ from .render import act, path_param, render, web_of
 #: URL -> (the JobSet's name, the title). Sidekiq's Web UI calls dead the morgue.
 SETS = {"scheduled": ("schedule", "Scheduled"), "retries": ("retry", "Retries"),
         "dead": ("dead", "Dead")}
-#: The search fields, by their query parameter (Filter's argument names).
-FILTERS = {"class": "klass", "queue": "queue", "error": "error", "arg": "arg"}
+#: The search fields, by their query parameter (Filter's argument names); ``task``: a task
+#: page's link to its jobs here.
+FILTERS = {"class": "klass", "queue": "queue", "error": "error", "arg": "arg", "task": "task"}
 #: A search step examines at most this many jobs before it shows what it found.
 SCAN_BUDGET = 5000
 ZSCAN_COUNT = 500
-#: What a backtrace may inflate to (the blob is data from Redis, not trusted).
-BACKTRACE_MAX = 1 << 20
 
 
 def _jobset(request: Request) -> tuple[str, JobSet, str]:
@@ -127,30 +122,7 @@ def job(request: Request):
     if entry is None:
         raise HTTPException(404, "this job is no longer there (it ran, moved or was deleted)")
     return render(request, "job.html", {"slug": slug, "title": title, "name": js.name,
-                                        "job": entry, "backtrace": backtrace(entry)})
-
-
-def backtrace(entry: Entry) -> list[str]:
-    """Sidekiq's ``error_backtrace``: a list (before 6.0) or base64 of zlib of a JSON list.
-    The blob is data from Redis, not trusted: it is inflated to BACKTRACE_MAX at most (a zip
-    bomb is cut there and said to be too large), and anything unreadable (not base64, not
-    zlib, not a JSON list, nested past what the parser recurses into) says so instead."""
-    blob = entry.msg.get("error_backtrace") if entry.msg else None
-    if isinstance(blob, list):
-        return [str(line) for line in blob]
-    if not isinstance(blob, str) or not blob:
-        return []
-    try:
-        inflater = zlib.decompressobj()
-        raw = inflater.decompress(base64.b64decode(blob), BACKTRACE_MAX)
-        if inflater.unconsumed_tail:
-            return [f"(the backtrace is larger than {BACKTRACE_MAX >> 20} MiB: not shown)"]
-        lines = json.loads(raw) if inflater.eof else None  # (not eof: a cut stream)
-    except (binascii.Error, zlib.error, ValueError, RecursionError):
-        return ["(the backtrace could not be read)"]
-    if not isinstance(lines, list):
-        return ["(the backtrace could not be read)"]
-    return [str(line) for line in lines]
+                                        "job": entry, "backtrace": entry.backtrace})
 
 
 ACTIONS = ("retry", "delete", "kill")
