@@ -13,7 +13,8 @@ Producer and job API::
 __version__ = "0.1.0"
 
 from .arguments import strict_args  # noqa: E402
-from .client import Client, configure, default_client, get_redis  # noqa: E402
+from .client import (Client, configure, default_client, get_async_redis,  # noqa: E402
+                     get_redis)
 from .errors import JobArgumentsError, JobFailed, JobTimeout, QueuedError  # noqa: E402
 from .events import error_handlers, on  # noqa: E402
 from .job import Job, job, registry  # noqa: E402
@@ -23,6 +24,7 @@ from .periodic import periodic  # noqa: E402
 from .task import Task  # noqa: E402
 
 __all__ = ["Job", "job", "registry", "Client", "configure", "default_client", "get_redis",
+           "get_async_redis",
            "strict_args", "client_middleware", "server_middleware", "on", "error_handlers",
            "JobArgumentsError", "JobFailed", "JobTimeout", "QueuedError", "release", "touch", "bury",
            "say", "Task", "periodic",

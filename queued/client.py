@@ -24,6 +24,7 @@ each job's args and jid into it (``Client._push_alike``).
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import threading
@@ -37,6 +38,7 @@ from typing import Any, Callable, Iterable
 import redis as redis_lib
 from redis.exceptions import ReadOnlyError, ResponseError
 
+from . import sentinel
 from .connection import client_from_url
 from .keys import Keys
 from .middleware import Chain, client_middleware
@@ -103,8 +105,10 @@ class Client:
                  namespace: str | None = None):
         #: Made here from a URL (so ours to replace in a worker: dedicate_job_connection).
         self.owns_redis = redis is None
+        self.url = None  # the URL it was made from (get_async_redis makes its twin from it)
         if redis is None:
-            redis = client_from_url(url or os.environ.get("REDIS_URL") or DEFAULT_URL)
+            self.url = url or os.environ.get("REDIS_URL") or DEFAULT_URL
+            redis = client_from_url(self.url)
         self.redis = redis
         self.namespace = namespace
         self.keys = Keys(namespace)
@@ -513,6 +517,44 @@ def get_redis() -> redis_lib.Redis:
     ``dedicate_job_connection``): threads a job starts share that connection, one command at
     a time; give them clients of their own if they talk to Redis a lot."""
     return default_client().redis
+
+
+#: Connections an async client opens at most; more commands at once wait for one (a worker
+#: may run a thousand async jobs at once: a connection each would be a thousand sockets).
+ASYNC_MAX_CONNECTIONS = 50
+
+
+def get_async_redis():
+    """A ``redis.asyncio`` client of the same server as ``get_redis()``, for ``async def``
+    jobs: one per event loop (a worker's loop is one per process), made on first use, so its
+    connection pool lives as long as the loop and is never shared with another loop. Its
+    pool holds ASYNC_MAX_CONNECTIONS connections; a command past them waits for one."""
+    loop = asyncio.get_running_loop()
+    found = _async_clients.get(loop)
+    if found is None:
+        found = _async_clients[loop] = _async_twin(default_client())
+    return found
+
+
+_async_clients: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _async_twin(c: Client):
+    import redis.asyncio as aioredis
+    if c.url is not None:
+        if not sentinel.is_sentinel_url(c.url):
+            return aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+                c.url, max_connections=ASYNC_MAX_CONNECTIONS, timeout=None))
+        from redis.asyncio.sentinel import Sentinel
+        s = sentinel.parse(c.url)
+        auth = {k: v for k, v in (("username", s.username), ("password", s.password)) if v}
+        return Sentinel(list(s.sentinels)).master_for(s.service_name, db=s.db, **auth)
+    # A client the application handed to configure(redis=...): the same address and login.
+    kw = dict(getattr(c.redis.connection_pool, "connection_kwargs", {}))
+    kw["unix_socket_path"] = kw.get("path")
+    return aioredis.Redis(max_connections=ASYNC_MAX_CONNECTIONS, **{
+        k: kw[k] for k in ("host", "port", "db", "username", "password", "unix_socket_path")
+        if kw.get(k) is not None})
 
 
 # --- job code's connection in a worker ---------------------------------------------------------

@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as _dt
 import difflib
 import functools
+import inspect
 import numbers
 import threading
 import warnings
@@ -37,13 +38,14 @@ from . import suggest
 
 #: Options a job class may set in ``queued_options``.
 OPTION_KEYS = frozenset(
-    {"queue", "retry", "backtrace", "dead", "retry_queue", "tags", "timeout", "name", "abstract"})
+    {"queue", "retry", "backtrace", "dead", "retry_queue", "tags", "timeout", "name", "abstract",
+     "threads"})
 #: Class options that Sidekiq copies into every payload (when set), in addition to retry/queue.
 PAYLOAD_OPTION_KEYS = frozenset({"backtrace", "dead", "retry_queue", "tags"})
 #: What ``Job.set()`` takes besides ``wait``/``wait_until``/``extra``: the options that make
 #: sense per push (Sidekiq's Setter merges any key into the item; a typo would then be a silent
 #: payload key) and ``jid``, which a producer may choose for one push, as Sidekiq's allows.
-SET_KEYS = frozenset(OPTION_KEYS - {"name", "abstract"} | {"jid"})
+SET_KEYS = frozenset(OPTION_KEYS - {"name", "abstract", "threads"} | {"jid"})
 #: Payload keys that ``set(extra=...)`` refuses: perform_* writes class and args, the push
 #: writes enqueued_at, and an "at" is a time for ``wait_until``.
 _WRITTEN_BY_PUSH = frozenset({"class", "args", "at", "enqueued_at"})
@@ -145,6 +147,8 @@ _OPTION_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "retry_queue": (lambda v: v is None or _nonempty_str(v), "a non-empty str"),
     "tags": (lambda v: v is None or isinstance(v, list), "a list"),
     "timeout": (lambda v: v is None or (_is_real(v) and v > 0), "a number of seconds > 0"),
+    # False: not thread-safe, runs alone in its worker's main thread (server/runner.py)
+    "threads": (lambda v: isinstance(v, bool), "True or False"),
     "name": (_nonempty_str, "a non-empty str"),
     "abstract": (lambda v: isinstance(v, bool), "True or False"),
     "jid": (_nonempty_str, "a non-empty str"),
@@ -506,8 +510,12 @@ def job(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     if not callable(fn) or isinstance(fn, type):
         raise TypeError(f"@queued.job decorates a function, not {fn!r}")
 
-    def perform(self: Job, *args: Any) -> Any:
-        return fn(*args)
+    if inspect.iscoroutinefunction(fn):
+        async def perform(self: Job, *args: Any) -> Any:  # an async job (runs on the loop)
+            return await fn(*args)
+    else:
+        def perform(self: Job, *args: Any) -> Any:
+            return fn(*args)
 
     namespace = {"queued_options": dict(options), "perform": perform,
                  "__module__": fn.__module__, "__qualname__": fn.__qualname__,

@@ -315,11 +315,11 @@ def test_a_bulk_action_draws_a_progress_bar_on_a_terminal_only(r, redis_url):
 def test_processes_and_running(r, full, redis_url):
     a_process(r, "web-2:99:aa", busy=0, quiet="true", queues=("low",), hostname="web-2")
     table = rows(ok("processes", url=redis_url))
-    beats = [row.pop(6) for row in table]
+    beats = [row.pop(7) for row in table]
     assert table and all(b.endswith("s ago") for b in beats)
     assert table == [
-        [IDENTITY, "app", "2h ago", "default, low", "1/4", "running", "40 MB"],
-        ["web-2:99:aa", "app", "2h ago", "low", "0/4", "quiet", "40 MB"]]
+        [IDENTITY, "app", "2h ago", "default, low", "1/4", "1", "running", "40 MB"],
+        ["web-2:99:aa", "app", "2h ago", "low", "0/4", "0", "quiet", "40 MB"]]
     status, drawn = in_terminal(["processes"], b"", redis_url)
     assert status == 0 and "2 processes, 1 of 8 busy" in drawn
     (first, second) = ctl_json("processes", url=redis_url)
@@ -327,7 +327,8 @@ def test_processes_and_running(r, full, redis_url):
                      "version": "", "started_at": pytest.approx(NOW - 7200),
                      "concurrency": 4, "busy": 1, "queues": ["default", "low"],
                      "quiet": False, "beat": pytest.approx(NOW - 2), "rss_kb": 41234,
-                     "rtt_us": 90, "labels": ["blue"]}
+                     "rtt_us": 90, "labels": ["blue"], "reserved": 1, "threads": 4,
+                     "processes": 1, "hangs": []}
     assert second["quiet"] is True
     # (a record without queued's worker and pid: Sidekiq's thread id, its process's pid)
     (running,) = rows(ok("running", url=redis_url))
@@ -337,6 +338,30 @@ def test_processes_and_running(r, full, redis_url):
     (work,) = ctl_json("workers", url=redis_url)
     assert (work["identity"], work["jid"], work["queue"], work["run_at"], work["worker"],
             work["pid"]) == (IDENTITY, jid(99), "default", int(NOW - 12), "w0", 4721)
+
+
+def test_processes_shows_what_a_threaded_process_holds_and_its_hangs(r, redis_url):
+    # Given a master of 2 processes x 25 threads running 3 jobs, holding 4, and reporting a
+    # stuck event loop and a job past its time limit (heartbeat.hangs)
+    a_process(r, busy=3, concurrency=50, processes=2, threads=25)
+    r.hset(IDENTITY, mapping={"reserved": "4", "hangs": json.dumps([
+        {"worker": 1, "pid": 77, "loop_lag": 3.2, "jid": "j" * 24},
+        {"worker": 0, "pid": 76, "thread": 5, "jid": "k" * 24, "class": "Slow", "over": 2.5}])})
+    # Then processes shows busy of jobs at once, what it holds, and names each hang (off a
+    # terminal on stderr: stdout keeps one line per process)
+    proc = ctl("processes", url=redis_url)
+    (row,) = rows(proc.stdout)
+    assert proc.returncode == 0 and row[4:6] == ["3/50", "4"]
+    assert proc.stderr.splitlines() == [
+        f"{IDENTITY}: worker 1 pid 77: its event loop has not run for 3.2s, stuck in job "
+        f"{'j' * 24}",
+        f"{IDENTITY}: worker 0 pid 76 thread 5: Slow jid={'k' * 24} is 2.5s past its timeout"]
+    status, drawn = in_terminal(["processes"], b"", redis_url)  # (a person's: below the table)
+    assert status == 0 and "thread 5: Slow jid=" in drawn
+    (p,) = ctl_json("processes", url=redis_url)
+    assert (p["busy"], p["reserved"], p["concurrency"], p["threads"], p["processes"]) == (
+        3, 4, 50, 25, 2)
+    assert [h["worker"] for h in p["hangs"]] == [1, 0]
 
 
 def test_quiet_stop_and_dump_push_sidekiqs_remote_signals(r, full, redis_url):

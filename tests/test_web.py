@@ -567,3 +567,25 @@ def test_busy_and_metrics_pages_link_odd_queue_and_class_names(browser_like, r):
     row = rows_by(metrics.text, "data-class")[klass]
     detail = browser_like.get(attr(row, "href"))
     assert detail.status_code == 200 and klass in heading(detail.text)
+
+
+def test_the_busy_page_shows_what_a_process_holds_its_threads_and_hangs(client, r):
+    # Given a threaded queued master holding 4 jobs, one of them past its limit and named
+    # with a hostile class name
+    identity = "web-1:4721:0f3a9c2b1d4e"
+    r.sadd("processes", identity)
+    r.hset(identity, mapping={
+        "info": json.dumps({"hostname": "web-1", "pid": 4721, "concurrency": 50,
+                            "processes": 2, "threads": 25, "queues": ["default"],
+                            "groups": [{"name": "", "queues": ["default"], "processes": 2,
+                                        "threads": 25}]}),
+        "busy": "3", "beat": repr(time.time()), "quiet": "false", "rss": "1000",
+        "reserved": "4", "hangs": json.dumps([{"worker": 0, "pid": 76, "thread": 5,
+                                                "jid": "k" * 24, "class": "<b>x</b>",
+                                                "over": 2.5}])})
+    page = client.get("/busy").text
+    # Then its row says 3 of 50 busy, as 2 x 25 threads, 4 reserved, and the hang (escaped)
+    assert "3 / 50" in page and "2 × 25 threads" in page
+    assert re.search(r'<td class="num">4</td>', page)
+    assert "thread 5: &lt;b&gt;x&lt;/b&gt; jid=" + "k" * 24 + " is 2.5s past its timeout" in page
+    assert "<b>x</b>" not in page

@@ -195,7 +195,7 @@ class QueueSummary:
                 "paused": self.paused}
 
 
-_PROCESS_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us")
+_PROCESS_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "reserved", "hangs")
 
 
 @dataclass
@@ -208,6 +208,10 @@ class Process:
     is_quiet: bool
     rss_kb: int | None
     rtt_us: int | None
+    #: queued's: jobs its workers hold (running, or taken and not started); Sidekiq: busy
+    reserved: int = 0
+    #: queued's: event loops stuck and jobs past their time limit (heartbeat.hangs)
+    hangs: list = field(default_factory=list)
 
     @classmethod
     def from_hash(cls, admin: Admin, identity: str, values: dict) -> Process:
@@ -215,10 +219,17 @@ class Process:
             info = json.loads(values["info"])
         except (TypeError, ValueError):
             info = {}
-        return cls(admin, identity, info if isinstance(info, dict) else {}, _int(values["busy"]),
+        try:
+            hangs = json.loads(values.get("hangs") or b"[]")
+        except ValueError:
+            hangs = []
+        busy = _int(values["busy"])
+        return cls(admin, identity, info if isinstance(info, dict) else {}, busy,
                    _float(values["beat"]), values["quiet"] == b"true",
                    _int(values["rss"]) if values["rss"] is not None else None,
-                   _int(values["rtt_us"]) if values["rtt_us"] is not None else None)
+                   _int(values["rtt_us"]) if values["rtt_us"] is not None else None,
+                   _int(values["reserved"]) if values.get("reserved") is not None else busy,
+                   hangs if isinstance(hangs, list) else [])
 
     @property
     def hostname(self) -> str:
@@ -230,7 +241,28 @@ class Process:
 
     @property
     def concurrency(self) -> int:
+        """Jobs it runs at once (Sidekiq: its threads; queued: processes x threads)."""
         return _int(self.info.get("concurrency"))
+
+    @property
+    def shape(self) -> str:
+        """queued's processes x threads (``2 × 25 threads``; per group: ``1 × 1, io 2 × 10``),
+        or "" for one job per process (and for Sidekiq's processes)."""
+        groups = self.info.get("groups")
+        if not isinstance(groups, list) or not groups or not all(
+                isinstance(g, dict) for g in groups):
+            return ""
+        if len(groups) == 1:
+            g = groups[0]
+            return f"{g.get('processes')} × {g.get('threads')} threads" \
+                if _int(g.get("threads")) > 1 else ""
+        return ", ".join(f"{g.get('name') + ' ' if g.get('name') else ''}"
+                         f"{g.get('processes')} × {g.get('threads')}" for g in groups)
+
+    @property
+    def threads(self) -> int:
+        """Threads of each worker process (queued's; Sidekiq's one process: its concurrency)."""
+        return _int(self.info.get("threads")) or self.concurrency
 
     @property
     def queues(self) -> list[str]:
@@ -273,7 +305,8 @@ class Process:
                 "tag": self.tag, "version": self.version, "started_at": self.started_at,
                 "concurrency": self.concurrency, "busy": self.busy, "queues": self.queues,
                 "quiet": self.is_quiet, "beat": self.beat, "rss_kb": self.rss_kb,
-                "rtt_us": self.rtt_us}
+                "rtt_us": self.rtt_us, "reserved": self.reserved, "threads": self.threads,
+                "processes": _int(self.info.get("processes")) or 1, "hangs": self.hangs}
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..payload import CRASHES, dumps
+from ..payload import CRASHES, SUSPECT, dumps
 from .tracebacks import job_frames
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ def decide(msg: dict, exc: BaseException, queue: str, *, job_class: Any = None,
     now = time.time() if now is None else now
     msg = dict(msg)
     msg.pop(CRASHES, None)  # this run ended the job's streak of crashes (recovery.py)
+    msg.pop(SUSPECT, None)
     retry = msg.get("retry")
     if retry is None:
         retry = _class_retry_option(job_class)
@@ -119,6 +120,7 @@ def kill(msg: dict, exc: BaseException, queue: str, *, job_class: Any = None,
     now = time.time() if now is None else now
     msg = dict(msg)
     msg.pop(CRASHES, None)  # retried from dead, it starts afresh
+    msg.pop(SUSPECT, None)
     _write_failure_fields(msg, exc, queue, now, [])
     _call_retries_exhausted(job_class, msg, exc)
     return Outcome("drop" if msg.get("dead") is False else "dead", now, msg)
@@ -148,6 +150,7 @@ def failed_for_good(msg: dict, exc: BaseException, queue: str,
     now = time.time() if now is None else now
     msg = dict(msg)
     msg.pop(CRASHES, None)
+    msg.pop(SUSPECT, None)
     _write_failure_fields(msg, exc, queue, now, [])
     return Outcome("dead", now, msg)
 

@@ -132,7 +132,7 @@ def test_remote_quiet_dump_and_stop(daemon, producer, r):
             proc["queues"], proc["quiet"]) == (identity, d.pid, "ctl", 1, 2,
                                                ["default", "low"], False)
     (row,) = rows(ok("processes", url=url))
-    assert row[0] == identity and row[4:6] == ["1/2", "running"]
+    assert row[0] == identity and row[4:7] == ["1/2", "1", "running"]
     (work,) = ctl_json("running", url=url)
     assert (work["identity"], work["jid"], work["class"], work["args"]) == (
         identity, gated, "Gate", ["ctl-gate"])
@@ -145,7 +145,7 @@ def test_remote_quiet_dump_and_stop(daemon, producer, r):
     d.wait_log(f"running Gate jid={gated}")
     wait_for(lambda: ctl_json("processes", url=url)[0]["quiet"], 10,
              what="processes --json to show it quiet")
-    assert rows(ok("processes", url=url))[0][5] == "quiet"
+    assert rows(ok("processes", url=url))[0][6] == "quiet"
     probe = ctl("ping", "--queue", "low", url=url)
     assert (probe.returncode, probe.stdout) == (1, "")
     assert probe.stderr == f"queuedctl: every process serving queue low is quiet ({identity})\n"

@@ -234,3 +234,44 @@ def test_retry_and_dead_sets_read_and_retry_queued_failures(daemon, producer, r,
     assert counts(r, jobs.RUNS) == {to_retry: 2, to_dead: 2}
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and r.llen("queue:default") == 0
     assert d.stop() == 0
+
+
+BUSY_THREADS = r'''
+me = ARGV[1]
+target = Sidekiq::ProcessSet.new.find { |p| p.identity == me }
+raise "queued process #{me} not listed" unless target
+out(
+  concurrency: target["concurrency"], busy: target["busy"],
+  total_concurrency: Sidekiq::ProcessSet.new.total_concurrency,
+  workers_size: Sidekiq::Workers.new.size,
+  works: Sidekiq::Workers.new.map { |process, tid, work|
+    {process: process, tid: tid, queue: work["queue"], run_at: work["run_at"],
+     class: work["payload"]["class"], jid: work["payload"]["jid"]}
+  },
+)
+'''
+
+
+def test_sidekiqs_api_sees_each_job_of_a_threaded_process_on_its_thread(daemon, producer, r,
+                                                                        ruby):
+    # Given a queued master of 2 processes x 5 threads running 7 jobs (held by a gate)
+    import threadjobs
+    d = daemon(concurrency=2, threads=5, require=(*INTEROP_REQUIRE, "threadjobs.py"))
+    identity = d.identity()
+    held = threadjobs.Held.perform_bulk([["ruby-threads"]] * 7)
+    wait_for(lambda: all(j in counts(r, jobs.RUNS) for j in held), 20, what="7 jobs running")
+    wait_for(lambda: r.hget(identity, "busy") == b"7", 10, what="a beat showing 7 busy")
+    # When Sidekiq's Ruby API reads Redis
+    got = ruby_json(ruby, BUSY_THREADS, d.redis_url, identity)
+    # Then ProcessSet shows 7 busy of the 10 jobs it runs at once, and Workers lists each
+    # running job once, under a thread id of its own, in this process
+    assert (got["concurrency"], got["busy"], got["total_concurrency"]) == (10, 7, 10)
+    assert got["workers_size"] == 7 and len(got["works"]) == 7
+    assert {w["process"] for w in got["works"]} == {identity}
+    assert len({w["tid"] for w in got["works"]}) == 7
+    assert sorted(w["jid"] for w in got["works"]) == sorted(held)
+    assert {(w["class"], w["queue"]) for w in got["works"]} == {("Held", "default")}
+    assert all(isinstance(w["run_at"], int) for w in got["works"])
+    jobs.open_gate(r, "ruby-threads")
+    wait_for(lambda: all(counts(r, jobs.DONE).get(j) == 1 for j in held), 10, what="done")
+    assert d.stop() == 0
