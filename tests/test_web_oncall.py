@@ -27,7 +27,7 @@ from webserve import serve
 
 @pytest.fixture(scope="module")
 def served(redis_server, tmp_path_factory):
-    """The real ``queuedctl web`` (uvicorn, its own Redis client: names.EXACT_NAMES)."""
+    """The real ``queuedctl web`` (uvicorn: one decoding of a path, as in production)."""
     with serve(redis_server.url, str(tmp_path_factory.mktemp("web") / "web.log")) as base:
         yield base
 
@@ -401,6 +401,10 @@ def test_names_that_are_not_utf8_are_listed_and_addressed_exactly(served, r):
     r.hset(b"host:\xff:1", mapping={"info": json.dumps({"hostname": "h", "pid": 9}),
                                     "busy": "1", "beat": str(time.time()), "quiet": "false"})
     bad_member = b'{"class":"X","jid":"bad\xff","args":[]}'
+    r.hset(b"queued:task:t\xff", mapping={"description": "odd task", "sealed": "1",
+                                           "created_at": repr(time.time()), "ttl_idle": "60"})
+    r.sadd(b"queued:task:t\xff:finished", "j1")
+    r.zadd("queued:tasks", {b"t\xff": time.time()})
     r.zadd("dead", {bad_member: 7.0, dead_job("fine"): 8.0})
     with httpx.Client(base_url=served, timeout=20, follow_redirects=True) as c:
         # Then every page answers, the stats bar counting them
@@ -452,6 +456,17 @@ def test_names_that_are_not_utf8_are_listed_and_addressed_exactly(served, r):
                               procs["host:\\xff:1"]))})
         assert flash_of(done.text) == "quiet sent to host:\\xff:1"
         assert r.lrange(b"host:\xff:1-signals", 0, -1) == [b"TSTP"]
+        # the task is listed, and its link opens its own page
+        task_row = rows_by(c.get("/tasks").text, "data-task")["t\\xff"]
+        task_page = c.get(attr(task_row, "href"))
+        assert task_page.status_code == 200 and "odd task" in heading(task_page.text)
+        assert 'data-state="finished">finished <b>1</b>' in task_page.text
+        # and its link to its jobs in Dead lists exactly the task's (its id escaped in JSON)
+        r.zadd("dead", {b'{"class":"X","jid":"tj","task_id":"t\\udcff"}': 9.0,
+                        b'{"class":"X","jid":"other","task_id":"t"}': 10.0})
+        to_dead = [html.unescape(h) for h in re.findall(r'<a href="(/dead\?[^"]*)"',
+                                                        task_page.text)]
+        assert queue_rows(c.get(to_dead[0]).text) == ["tj"]
         # and the Prometheus gauges name it by its escaped bytes
         assert 'queued_queue_paused{queue="\\\\xff\\\\xfe"} 1.0' in c.get("/metrics").text
 
@@ -540,3 +555,51 @@ def test_find_says_where_a_job_is_and_links_there(client, r):
     # A queue's jids link here
     queue = client.get("/queues/default").text
     assert html.unescape(attr(rows_by(queue, "data-jid")["q0"], "href")) == "/find?jid=q0"
+
+
+# --- names that mean something in a URL, on the new pages (issue 16's checks) -------------------
+
+ODD = ["critical?old", "a#b", "p%41", "mailers/high", "with space", "ünï/cødé ✓", "..",
+       'quo"te<b>', "x" * 300 + "?end"]
+
+
+def test_a_queue_row_deletes_its_own_job_in_a_queue_of_any_name(served, r):
+    for i, name in enumerate(ODD):
+        r.sadd("queues", name)
+        r.lpush(f"queue:{name}", dead_job(f"{i}-a"), dead_job(f"{i}-b"))
+    with httpx.Client(base_url=served, timeout=20, follow_redirects=True) as c:
+        rows = rows_by(c.get("/queues").text, "data-queue")
+        for i, name in enumerate(ODD):
+            own = c.get(attr(rows[name], "href")).text
+            form = html.unescape(re.search(r'<form method="post" action="([^"]*)" '
+                                           r'id="selected"', own).group(1))
+            button = re.search(r'name="one" value="(delete\|[^"]*)"',
+                               rows_by(own, "data-jid")[f"{i}-a"]).group(1)
+            done = c.post(form, data={"csrf_token": token_of(own), "one": button})
+            assert flash_of(done.text) == "deleted 1 job", name
+            # (and the browser is back on that queue's page)
+            assert f"{i}-b" in queue_rows(done.text) and f"{i}-a" not in queue_rows(done.text)
+            assert [json.loads(j)["jid"] for j in r.lrange(f"queue:{name}", 0, -1)] == [
+                f"{i}-b"], name
+            # its jid links to Find, which finds it in that queue
+            found = c.get(attr(rows_by(done.text, "data-jid")[f"{i}-b"], "href")).text
+            place = rows_by(found, "data-where")["queue"]
+            assert c.get(attr(place, "href")).status_code == 200
+            assert f"{i}-b" in queue_rows(c.get(attr(place, "href")).text), name
+
+
+def test_the_cron_page_acts_on_schedules_of_any_name(daemon, r, redis_url):
+    names = ["nightly?report#1", "ünï cødé ✓", "a/b c"]
+    daemon(require=("cronjobs.py",), concurrency=1, scheduler={"schedule": {
+        n: {"cron": "0 0 * * *", "class": "Tick"} for n in names}})
+    app = TestClient(create_app(redis_lib.Redis.from_url(redis_url)), base_url="http://localhost")
+    for name in names:
+        page = app.get("/cron").text
+        form = rows_by(page, "data-name")[name]
+        hidden = dict(re.findall(r'<input type="hidden" name="(name~?)" value="([^"]*)">', form))
+        done = app.post("/cron", data={"csrf_token": token_of(page), "action": "disable",
+                                       **{k: html.unescape(v) for k, v in hidden.items()}})
+        assert flash_of(done.text).startswith(f"periodic job {name} disabled"), name
+    assert {n: r.hget(f"cron_job:{n}", "status") for n in names} == {
+        n: b"disabled" for n in names}
+    assert r.hget("cron_job:py_every_second", "status") == b"enabled"

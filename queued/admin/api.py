@@ -27,7 +27,7 @@ from ..payload import job_class_name
 from .deadlimits import DeadLimits
 from .entries import Entry, Filter
 from .jobsets import JobSet
-from .names import EXACT_NAMES, name_of, to_key
+from .names import name_of, to_key
 from .queues import Queue, latency_of
 
 __all__ = ["Admin", "Stats", "Process", "Running", "Queue", "QueueSummary", "JobSet", "Entry",
@@ -46,7 +46,7 @@ class Admin:
         job and no live daemon publishes its own bounds (else Sidekiq's: deadlimits.py)."""
         if redis is None:
             redis = make_redis(url or os.environ.get("REDIS_URL") or
-                               "redis://127.0.0.1:6379/0", name="queued-admin", **EXACT_NAMES)
+                               "redis://127.0.0.1:6379/0", name="queued-admin")
         self.r = redis
         self.keys = Keys(namespace)
         self.scheduled = JobSet(redis, self.keys, "schedule", dead_limits)

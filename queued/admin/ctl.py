@@ -35,7 +35,6 @@ from . import cron, ctlcmds, ctljobs, ctloncall, ctlprocs, ctltasks, ctlweb
 from . import ctlout as out
 from .ctlout import INSTALL_HINT, NeedRich, require_rich
 from .deadlimits import DeadLimits
-from .names import EXACT_NAMES
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -148,12 +147,10 @@ class Target(NamedTuple):
 
 def connect(url: str, source: str, timeout: float) -> redis_lib.Redis:
     """A client that fails fast and never retries behind our back (a bulk action re-sent
-    after a lost reply must be our decision), and encodes names read from Redis back to
-    their bytes (names.py)."""
+    after a lost reply must be our decision)."""
     try:
         return client_from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                               retry=Retry(NoBackoff(), 0), client_name="queuedctl",
-                               **EXACT_NAMES)
+                               retry=Retry(NoBackoff(), 0), client_name="queuedctl")
     except ValueError as e:
         raise ConfigError(f"{source}: not a Redis URL: {mask_url(url)}: {e}") from None
 

@@ -8,16 +8,16 @@ would address another key. So a name is decoded with ``surrogateescape`` (each b
 UTF-8 becomes one code point U+DC80..U+DCFF) and encoded back the same way when it goes
 to Redis: ``to_key(name_of(b)) == b`` for any bytes ``b``.
 
-The operator's side builds the keys and members of such names with ``to_key`` (bytes, whatever the
-client's own encoding), and makes its own clients with ``EXACT_NAMES`` so that any text it
-hands redis-py (a task's keys built by queued.task) encodes the same way.
+The operator's side builds the keys and members of such names with ``to_key``: bytes, which
+redis-py sends as they are (text it encodes as strict UTF-8 whatever the client's
+``encoding_errors``: hiredis packs commands itself). queued.Task builds a task's keys as text,
+so the dashboard reads tasks through a client whose keys are ``ExactKeys``.
 """
 from __future__ import annotations
 
 from typing import Iterable
 
-#: redis-py client options under which text made by name_of encodes back to its bytes.
-EXACT_NAMES = {"encoding_errors": "surrogateescape"}
+from ..keys import Keys
 
 
 def name_of(raw: bytes | str) -> str:
@@ -41,3 +41,20 @@ def is_exact(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+class ExactKeys(Keys):
+    """Keys whose task keys are bytes (``to_key``): handed to queued.Task, a task id read with
+    name_of addresses that task's own keys. Every other key is Keys' own."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, namespace: str | None = None):
+        super().__init__(namespace)
+        self._text = Keys(namespace)
+
+    def task(self, task_id: str) -> bytes:  # type: ignore[override]
+        return to_key(self._text.task(task_id))
+
+    def task_keys(self, task_id: str) -> list[bytes]:  # type: ignore[override]
+        return [to_key(k) for k in self._text.task_keys(task_id)]

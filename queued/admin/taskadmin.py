@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ..task import Task
 from .api import Admin
 from .entries import Filter
+from .names import to_key
 
 #: The callbacks a task may have, and the field of its hash that says it was pushed.
 KINDS = (("on_complete", "complete", "completed_at"), ("on_success", "success", "succeeded_at"))
@@ -46,7 +47,7 @@ def callbacks(task: Task) -> list[Callback]:
         if not stored:
             continue
         klass, queue = _class_and_queue(stored)
-        jid = hashlib.sha1(f"{task.id}:{word}".encode()).hexdigest()[:24]
+        jid = hashlib.sha1(to_key(f"{task.id}:{word}")).hexdigest()[:24]
         at = values[mark]
         found.append(Callback(kind, klass, queue, jid, float(at) if at else None))
     return found

@@ -25,7 +25,7 @@ from ...keys import Keys
 from ..api import Admin
 from ..deadlimits import DeadLimits
 from ..metrics import MetricsReader
-from ..names import EXACT_NAMES
+from ..names import ExactKeys
 from . import (pages_busy, pages_cron, pages_find, pages_jobs, pages_metrics, pages_overview,
                pages_queues, pages_tasks)
 from .flash import Flash
@@ -53,13 +53,13 @@ def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | N
     ``dead_limits``: dead's bounds for a kill when no live daemon publishes its own."""
     if redis is None or isinstance(redis, str):
         url = redis or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
-        redis = make_redis(url, socket_timeout=5.0, name="queued-web", **EXACT_NAMES)
+        redis = make_redis(url, socket_timeout=5.0, name="queued-web")
     secret = secret_key or os.environ.get("QUEUED_WEB_SECRET") or secrets.token_bytes(32)
     keys = Keys(namespace)
     hosts = AllowedHosts(LOOPBACK if allowed_hosts is None else allowed_hosts)
     web = Web(r=redis, keys=keys, admin=Admin(redis, namespace=namespace,
                                               dead_limits=dead_limits),
-              client=Client(redis, namespace=namespace), metrics=MetricsReader(redis, keys),
+              client=_task_reader(redis, namespace), metrics=MetricsReader(redis, keys),
               csrf=Csrf(secret), flash=Flash(secret),
               footer=Footer(redis_location(redis), namespace), poll_interval=poll_interval)
     # /{set} (scheduled, retries, dead) last: it would match any other one-segment path
@@ -78,6 +78,14 @@ def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | N
         app.add_middleware(BasicAuth, credentials=auth)
     app.add_middleware(HostCheck, allowed=hosts)  # the last added runs first: before all
     return app
+
+
+def _task_reader(redis: redis_lib.Redis, namespace: str | None) -> Client:
+    """The client the task pages read tasks through: its task keys are bytes, so a task id
+    that is not UTF-8 still reads its own keys (names.ExactKeys)."""
+    client = Client(redis, namespace=namespace)
+    client.keys = ExactKeys(namespace)
+    return client
 
 
 def create_wsgi_app(redis: redis_lib.Redis | str | None = None, **options: Any):

@@ -9,7 +9,7 @@ from starlette.routing import Route
 
 from ..periodicjobs import NoSuchJob, enqueue_now, pushed_text, schedules, set_status, \
     status_text
-from .render import act, render, web_of
+from .render import act, form_text, render, web_of
 
 
 def cron(request: Request):
@@ -21,7 +21,7 @@ def cron(request: Request):
 
 async def cron_action(request: Request):
     def work(web, form) -> str:
-        name, action = str(form.get("name", "")), str(form.get("action", ""))
+        name, action = form_text(form, "name"), str(form.get("action", ""))
         try:
             if action == "enqueue":
                 return pushed_text(name, enqueue_now(web.r, web.keys, name))

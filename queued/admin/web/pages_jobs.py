@@ -21,7 +21,7 @@ from ..entries import Entry, Filter
 from ..jobsets import JobSet
 from .filters import member_id as digest, plural
 from .paging import int_param, page_size, pager
-from .render import act, path_param, render, web_of
+from .render import act, path_param, query_text, render, web_of
 
 #: URL -> (the JobSet's name, the title). Sidekiq's Web UI calls dead the morgue.
 SETS = {"scheduled": ("schedule", "Scheduled"), "retries": ("retry", "Retries"),
@@ -43,7 +43,7 @@ def _jobset(request: Request) -> tuple[str, JobSet, str]:
 
 
 def filter_of(values) -> Filter:
-    return Filter.of(**{arg: (str(values.get(param, "")).strip() or None)
+    return Filter.of(**{arg: (query_text(values, param).strip() or None)
                         for param, arg in FILTERS.items()})
 
 
@@ -73,7 +73,7 @@ def listing(request: Request):
     slug, js, title = _jobset(request)
     where = filter_of(request.query_params)
     context = {"slug": slug, "title": title, "name": js.name, "size": js.size(),
-               "filters": {p: request.query_params.get(p, "") for p in FILTERS},
+               "filters": {p: query_text(request.query_params, p) for p in FILTERS},
                "searching": bool(where)}
     if where:
         cursor = int_param(request, "cursor", 0, 0, 2**64)
@@ -136,7 +136,7 @@ async def action(request: Request):
         if what not in ACTIONS or (what == "kill" and js.name == "dead"):
             return f"unknown action {what!r}"
         if form.get("scope") == "all":
-            where = filter_of({p: form.get("f_" + p, "") for p in FILTERS})
+            where = filter_of({p: query_text(form, "f_" + p) for p in FILTERS})
             n = getattr(js, f"{what}_all")(where)
             return f"{_past(what)} {plural(n, 'job')}" + (
                 " (every match)" if where else " (the whole set)")

@@ -24,18 +24,12 @@ def tasks(request: Request):
     page = pager(request, int(web.r.zcard(web.keys.tasks)))
     ids = [name_of(i) for i in web.r.zrevrange(web.keys.tasks, page.offset,
                                                page.offset + page.size - 1)]
-    rows, unreadable = [], []
-    for task_id in ids:
-        try:
-            t = Task.find(task_id, web.client)
-        except UnicodeEncodeError:  # (an id that is not UTF-8, and a client that is strict)
-            unreadable.append(task_id)
-            continue
+    rows = []
+    for t in (Task.find(task_id, web.client) for task_id in ids):
         if t is not None:
             info = t.info()
             rows.append((t, info, summary(t, info)))
-    return render(request, "tasks.html", {"rows": rows, "pager": page,
-                                          "unreadable": unreadable})
+    return render(request, "tasks.html", {"rows": rows, "pager": page})
 
 
 def _task(request: Request) -> Task:

@@ -81,7 +81,14 @@ def path_for(request: Request) -> Callable[..., str]:
     those bytes into U+FFFD, another name. It goes in the query as ``name~=`` base64 of its
     code points (surrogatepass: any Python text round-trips), behind an empty path part."""
     def path(route: str, /, _query: dict | None = None, **params: Any) -> str:
-        query = {k: v for k, v in (_query or {}).items() if v not in (None, "")}
+        query = {}
+        for k, v in (_query or {}).items():
+            if v in (None, ""):
+                continue
+            if isinstance(v, str) and not is_exact(v):  # (query_text reads it back)
+                query[k + EXACT] = exact_token(v)
+            else:
+                query[k] = v
         quoted = {}
         for k, v in params.items():
             text = str(v)
@@ -110,15 +117,21 @@ def from_exact_token(token: str) -> str | None:
         return None
 
 
-def form_text(form: FormData, field: str) -> str:
-    """A form's name as the page wrote it (macros.html ``exact``): a name UTF-8 cannot encode
-    comes as ``<field>~``, the same encoding as in a link."""
-    token = form.get(field + EXACT)
+def query_text(values: Any, name: str, default: str = "") -> str:
+    """A text from the query (or a form) as path_for wrote it: ``name``, or ``name~`` for a
+    text UTF-8 cannot encode."""
+    token = values.get(name + EXACT)
     if token is not None:
         exact = from_exact_token(str(token))
         if exact is not None:
             return exact
-    return str(form.get(field, ""))
+    return str(values.get(name, default))
+
+
+def form_text(form: FormData, field: str) -> str:
+    """A form's name as the page wrote it (macros.html ``exact``): a name UTF-8 cannot encode
+    comes as ``<field>~``, the same encoding as in a link."""
+    return query_text(form, field)
 
 
 class NameConvertor(Convertor):
