@@ -603,3 +603,15 @@ def test_the_cron_page_acts_on_schedules_of_any_name(daemon, r, redis_url):
     assert {n: r.hget(f"cron_job:{n}", "status") for n in names} == {
         n: b"disabled" for n in names}
     assert r.hget("cron_job:py_every_second", "status") == b"enabled"
+
+
+def test_the_menu_links_each_page_the_app_has(client):
+    from starlette.routing import Route
+    from queued.admin.web.frame import nav
+    menu = re.search(r'<nav class="top">(.*?)</nav>', client.get("/").text, re.S).group(1)
+    labels = re.findall(r'<a href="[^"]*" class="[^"]*">(\w+)</a>', menu)
+    assert labels == ["Overview", "Busy", "Queues", "Scheduled", "Retries", "Dead", "Tasks",
+                      "Cron", "Metrics"]
+    # (issue 21's Limits page shows in the menu once its route is in the app)
+    routes = [*client.app.routes, Route("/limits", lambda r: None, name="limits")]
+    assert [label for _, label, _ in nav(routes)][-1] == "Limits"

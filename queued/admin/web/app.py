@@ -29,7 +29,7 @@ from ..names import ExactKeys
 from . import (pages_busy, pages_cron, pages_find, pages_jobs, pages_metrics, pages_overview,
                pages_queues, pages_tasks)
 from .flash import Flash
-from .frame import Footer, redis_location
+from .frame import Footer, nav, redis_location
 from .prometheus import metrics_route
 from .render import Web, render
 from ..hosts import LOOPBACK, AllowedHosts
@@ -71,6 +71,7 @@ def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | N
     app = Starlette(debug=debug, routes=routes, exception_handlers={
         HTTPException: _http_error, redis_lib.ConnectionError: _redis_down,
         redis_lib.TimeoutError: _redis_down, redis_lib.ResponseError: _redis_refused})
+    web.nav = nav(routes)
     app.state.web = web
     app.add_middleware(CsrfCookie)
     app.add_middleware(SecurityHeaders)

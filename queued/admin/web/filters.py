@@ -149,4 +149,5 @@ def member_id(raw: bytes) -> str:
 
 FILTERS = {"ago": ago, "duration": duration, "utc": utc, "utc_text": utc_text, "iso": iso,
            "compact": compact, "pretty": pretty, "number": number, "plural": plural,
-           "shown": shown, "marked": marked, "visible": visible, "raw_text": raw_text, "member_id": member_id}
+           "shown": shown, "marked": marked, "visible": visible, "raw_text": raw_text,
+           "member_id": member_id}

@@ -26,6 +26,20 @@ BAR = (("processed", "Processed", "overview", {}, "history"),
        ("processes", "Processes", "busy", {}, "processes"))
 
 
+#: The menu: (route name, label, params). An entry whose route the app lacks is left out (the
+#: Limits page is issue 21's: it shows once its route is in the app).
+NAV = (("overview", "Overview", {}), ("busy", "Busy", {}), ("queues", "Queues", {}),
+       ("jobset", "Scheduled", {"set": "scheduled"}), ("jobset", "Retries", {"set": "retries"}),
+       ("jobset", "Dead", {"set": "dead"}), ("tasks", "Tasks", {}), ("cron", "Cron", {}),
+       ("job_metrics", "Metrics", {}), ("limits", "Limits", {}))
+
+
+def nav(routes) -> tuple:
+    """NAV, less the entries whose route is not among ``routes`` (the app's)."""
+    names = {getattr(route, "name", None) for route in routes}
+    return tuple(entry for entry in NAV if entry[0] in names)
+
+
 @dataclass(frozen=True)
 class Footer:
     redis: str

@@ -29,8 +29,12 @@ from ..names import is_exact
 from .filters import FILTERS, finalize
 from .flash import Flash
 from .frame import BAR, Footer, stats_bar
-from .paging import SIZES
+from .paging import PAGE_SIZE, SIZES, Pager, int_param, pager
 from .security import FIELD, Csrf
+
+#: (PAGE_SIZE, Pager, int_param, pager too: pages written before paging.py import them here)
+__all__ = ["Web", "web_of", "templates", "path_for", "path_param", "query_text", "form_text",
+           "render", "act", "PAGE_SIZE", "Pager", "int_param", "pager"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: Characters left as they are in a path parameter (class names read Billing::InvoiceJob).
@@ -51,6 +55,7 @@ class Web:
     flash: Flash
     footer: Footer
     poll_interval: float
+    nav: tuple = ()
 
 
 def web_of(request: Request) -> Web:
@@ -174,7 +179,7 @@ def render(request: Request, name: str, context: dict, status: int = 200):
     context = {"csrf_field": FIELD, "csrf_token": web.csrf.token(request),
                "path": path_for(request), "msg": web.flash.take(request), "now": time.time(),
                "bar": stats_bar(web.admin), "bar_links": BAR, "footer": web.footer,
-               "sizes": SIZES, **context}
+               "nav": web.nav, "sizes": SIZES, **context}
     response = templates.TemplateResponse(request, name, context, status_code=status)
     web.flash.clear(response, request)
     return response
