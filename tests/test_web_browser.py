@@ -601,3 +601,26 @@ def test_task_page_with_failures_callbacks_and_actions(page, daemon, producer, r
                                 "jobs still waiting run outside any task; no callback is pushed.")
     assert page.url.endswith("/tasks")
     assert page.locator(f"#tasks tr[data-task='{task.id}']").count() == 0
+
+
+def test_each_queue_of_any_name_deletes_its_own_job_and_finds_the_other(page, r):
+    # Given queues whose names hold ? # % / .. and the empty name, two jobs each
+    for i, name in enumerate(URL_NAMES):
+        r.sadd("queues", name)
+        r.lpush(f"queue:{name}", payload(f"{i}-a", queue=name), payload(f"{i}-b", queue=name))
+    for i, name in enumerate(URL_NAMES):
+        # When its page's first row is deleted
+        page.goto("/queues")
+        page.click(f"{row('queues', 'data-queue', name)} td a")
+        page.click(f"#jobs tr[data-jid='{i}-a'] button[value^=delete]")
+        page.wait_for_selector("p.flash")
+        # Then exactly that job is gone, and the page is still that queue's
+        assert page.inner_text("p.flash") == "deleted 1 job"
+        assert page.text_content("main h1 code") == name
+        assert [json.loads(j)["jid"] for j in r.lrange(f"queue:{name}", 0, -1)] == [f"{i}-b"]
+        # and the other job's jid opens Find, whose queue link opens this queue again
+        page.click(f"#jobs tr[data-jid='{i}-b'] a.jid")
+        page.wait_for_selector("#places")
+        page.click("#places tr[data-where=queue] a")
+        page.wait_for_selector("#jobs")
+        assert page.text_content("main h1 code") == name
