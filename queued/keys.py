@@ -144,7 +144,8 @@ class Keys:
     def cron_history(self, name: str) -> str:  # list of {jid, enqueued}; cron_enqueue.lua
         return f"{self.ns}cron_job:{name}:jid_history"
 
-    # --- tasks (task.py creates them; queued/lua/task.lua moves their jobs) --------------------
+    # --- tasks (task.py creates them; queued/lua/task.lua moves their jobs; an operator deletes
+    # one with admin/taskadmin.py) -----------------------------------------------------------
     def task(self, task_id: str) -> str:
         """hash: description, created_at, sealed, callbacks, TTLs, completed_at, succeeded_at."""
         return f"{self.ns}queued:task:{task_id}"
@@ -158,7 +159,7 @@ class Keys:
                 f"{base}:jobs", f"{base}:errors", f"{base}:log"]
 
     @property
-    def tasks(self) -> str:  # zset task id -> created_at, newest last; task.py adds and trims
+    def tasks(self) -> str:  # zset id -> created_at, newest last; task.py adds, trims; taskadmin
         return self.ns + "queued:tasks"
 
     # --- unique jobs, rate limits, expiring jobs (issue 21) ------------------------------------

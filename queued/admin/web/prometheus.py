@@ -19,6 +19,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from ..api import Admin
+from .filters import visible
 
 
 class ClusterCollector:
@@ -55,9 +56,10 @@ class ClusterCollector:
         paused = GaugeMetricFamily("queued_queue_paused", "1 when a queue is paused.",
                                    labels=["queue"])
         for q in queues:
-            size.add_metric([q.name], q.size)
-            latency.add_metric([q.name], q.latency)
-            paused.add_metric([q.name], 1 if q.paused else 0)
+            label = visible(q.name)  # (a name that is not UTF-8: its bytes as \xff)
+            size.add_metric([label], q.size)
+            latency.add_metric([label], q.latency)
+            paused.add_metric([label], 1 if q.paused else 0)
         yield from (size, latency, paused)
         yield from self._issue21()
         yield GaugeMetricFamily("queued_scrape_duration_seconds",
