@@ -1,5 +1,6 @@
 """Jobs for the demo (etc/demo.yml). On startup it enqueues a little of everything, and a
 ticker keeps enqueueing, so the log shows jobs arriving, running, failing and retrying."""
+import asyncio
 import logging
 import random
 import time
@@ -41,11 +42,34 @@ class Flaky(queued.Job):
 
 
 class Slow(queued.Job):
-    """Overruns its 1 s time limit: SIGALRM stops it and it goes to the retry set."""
+    """Overruns its 1 s time limit: JobTimeout is raised in it (SIGALRM in a worker of one job
+    at a time; on a job thread, by the worker's watchdog, once sleep returns) and it goes to
+    dead (retry 0)."""
     queued_options = {"timeout": 1.0, "retry": 0}
 
     def perform(self):
         time.sleep(3)
+
+
+class FetchQuote(queued.Job):
+    """An async job: awaits (as on an HTTP call) on its worker's event loop, beside the sync
+    jobs on its threads. (An async job's own Redis client is queued.get_async_redis().)"""
+
+    async def perform(self, symbol):
+        await asyncio.sleep(random.uniform(0.2, 1.0))  # the "request"
+        log.info("async: %s is at %.2f", symbol, random.uniform(10, 500))
+
+
+class SlowQuote(queued.Job):
+    """An async job past its 1 s time limit: its task is cancelled (JobTimeout), its finally
+    clause runs, and it goes to dead (retry 0)."""
+    queued_options = {"timeout": 1.0, "retry": 0}
+
+    async def perform(self, symbol):
+        try:
+            await asyncio.sleep(5)
+        finally:
+            log.info("async: %s cancelled at its time limit, cleaning up", symbol)
 
 
 class Tick(queued.Job):
@@ -92,5 +116,7 @@ def enqueue_examples():
         Scheduled.perform_at(due, due)
     Flaky.perform_async()
     Slow.perform_async()
+    FetchQuote.perform_bulk([[symbol] for symbol in ("ACME", "INITECH", "UMBRELLA", "HOOLI")])
+    SlowQuote.perform_async("GLOBEX")
     Tick.perform_async(1)
     log.info("demo jobs enqueued; Ctrl-C (or kill -TERM %s) to stop", __import__("os").getpid())

@@ -18,12 +18,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from . import groups
 from .configfile import file_values, read_yaml
 from .errors import ConfigError
 from .redisopts import DEFAULT_REDIS_URL, RedisOptions, mask_url
 from .settings import (ALIASES, DEFAULT_CONFIG_FILE, ENVIRONMENT_VARS, SETTINGS, Config,
                        Setting, describe, parse)
-from .values import error
+from .values import Invalid, error
 
 __all__ = ["Config", "ConfigError", "RedisOptions", "Setting", "SETTINGS", "ALIASES",
            "describe", "load", "from_args", "from_dict", "build_parser", "startup_line", "mask_url",
@@ -45,10 +46,11 @@ HELP_EPILOG = (
     "and stack, USR2 reopen the logfile (docs/operating.md).")
 
 #: Settings the command line can give, in the order of --help.
-_CLI_SETTINGS = ("config_file", "concurrency", "queues", "require", "shutdown_timeout",
-                 "environment", "tag", "verbose", "redis_url", "serve_no_jobs")
+_CLI_SETTINGS = ("config_file", "concurrency", "threads", "queues", "require",
+                 "shutdown_timeout", "environment", "tag", "verbose", "redis_url", "serve_no_jobs")
 _CLI_KINDS: dict[str, dict[str, Any]] = {
     "config_file": {"metavar": "FILE"}, "concurrency": {"type": int, "metavar": "N"},
+    "threads": {"type": int, "metavar": "N"},
     "queues": {"action": "append", "metavar": "QUEUE[,WEIGHT]"},
     "require": {"action": "append", "metavar": "MODULE_OR_FILE"},
     "shutdown_timeout": {"type": float, "metavar": "SECONDS"},
@@ -159,17 +161,22 @@ def _build(data: Any, source: str, cli: dict[str, Any], environ: Mapping[str, st
     _check_redis_keys(values, source)
     cli_url = cli.pop("redis_url", None)
     values.update(cli)
+    given = set(values)  # (settings the file or the command line gave)
     values["redis_url"], values["redis_source"] = choose_redis(
         values, cli_url, environ, source, config_source or "the config file")
     _resolve_paths(values)
     if values.get("serve_no_jobs"):
         values["concurrency"] = 0  # no workers: nothing here could run a job
+        values["groups"] = ()
     _check_lease(values, source)
     _check_schedule(values, source)
     spec = values.pop("queues", ()) or (("default", None),)
+    try:
+        spec = groups.check(spec, "queues" in given, values.get("groups", ()))
+    except Invalid as exc:
+        raise error(f"{source}: groups.{exc.sub}: {exc}") from None
     # Sidekiq's parse_queue: strict unless some queue has an explicit weight > 0.
-    strict = not any(weight for _, weight in spec)
-    queues = tuple((name, 1 if weight is None else weight) for name, weight in spec)
+    queues, strict = groups.with_weights(spec)
     return Config(config_file=config_file, config_source=config_source,
                   environment=environment, section=section, queues=queues, strict=strict,
                   **values)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as _dt
 import difflib
 import functools
+import inspect
 import numbers
 import threading
 import warnings
@@ -33,16 +34,20 @@ from typing import Any, Callable, NoReturn
 from . import client as _client
 from . import ops
 from .arguments import check_json
+from . import suggest
 
 #: Options a job class may set in ``queued_options``.
 OPTION_KEYS = frozenset(
-    {"queue", "retry", "backtrace", "dead", "retry_queue", "tags", "timeout", "name", "abstract"})
+    {"queue", "retry", "backtrace", "dead", "retry_queue", "tags", "timeout", "name", "abstract",
+     "threads", "unique_for", "unique_until", "expires_in"})
 #: Class options that Sidekiq copies into every payload (when set), in addition to retry/queue.
-PAYLOAD_OPTION_KEYS = frozenset({"backtrace", "dead", "retry_queue", "tags"})
+#: (``expires_in`` becomes the payload's ``expires_at`` at the push: expiry.py.)
+PAYLOAD_OPTION_KEYS = frozenset({"backtrace", "dead", "retry_queue", "tags", "unique_for",
+                                 "unique_until", "expires_in"})
 #: What ``Job.set()`` takes besides ``wait``/``wait_until``/``extra``: the options that make
 #: sense per push (Sidekiq's Setter merges any key into the item; a typo would then be a silent
 #: payload key) and ``jid``, which a producer may choose for one push, as Sidekiq's allows.
-SET_KEYS = frozenset(OPTION_KEYS - {"name", "abstract"} | {"jid"})
+SET_KEYS = frozenset(OPTION_KEYS - {"name", "abstract", "threads"} | {"jid"})
 #: Payload keys that ``set(extra=...)`` refuses: perform_* writes class and args, the push
 #: writes enqueued_at, and an "at" is a time for ``wait_until``.
 _WRITTEN_BY_PUSH = frozenset({"class", "args", "at", "enqueued_at"})
@@ -99,6 +104,12 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._classes)
 
+    def missing(self, name: str) -> str:
+        """Why a job of class ``name`` cannot run here, with the near names this process has
+        (issue 20: "did you mean Billing::InvoiceJob?", not Ruby's "uninitialized constant")."""
+        return (f"no job class named {name!r} is registered in this process"
+                f"{suggest.did_you_mean(name, self.names())}")
+
     def __contains__(self, name: object) -> bool:
         return name in self._classes
 
@@ -138,6 +149,12 @@ _OPTION_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "retry_queue": (lambda v: v is None or _nonempty_str(v), "a non-empty str"),
     "tags": (lambda v: v is None or isinstance(v, list), "a list"),
     "timeout": (lambda v: v is None or (_is_real(v) and v > 0), "a number of seconds > 0"),
+    # issue 21: unique.py and expiry.py
+    "unique_for": (lambda v: v is None or (_is_real(v) and v > 0), "a number of seconds > 0"),
+    "unique_until": (lambda v: v is None or v in ("success", "start"), '"success" or "start"'),
+    "expires_in": (lambda v: v is None or (_is_real(v) and v > 0), "a number of seconds > 0"),
+    # False: not thread-safe, runs alone in its worker's main thread (server/runner.py)
+    "threads": (lambda v: isinstance(v, bool), "True or False"),
     "name": (_nonempty_str, "a non-empty str"),
     "abstract": (lambda v: isinstance(v, bool), "True or False"),
     "jid": (_nonempty_str, "a non-empty str"),
@@ -199,8 +216,11 @@ class Job:
     ``queued_options`` keys: ``queue`` (default "default"), ``retry`` (True = 25 retries, an
     int = that many, 0 = none then dead, False = none and dropped), ``backtrace``, ``dead``,
     ``retry_queue``, ``tags`` (copied into every payload, as Sidekiq does), ``timeout``
-    (seconds; looked up by the worker, never written to the payload), ``name`` (the name to
-    serve; not inherited) and ``abstract`` (True = do not register this class; not inherited).
+    (seconds; looked up by the worker, never written to the payload), ``unique_for`` (seconds:
+    a push of the same class, queue and args is dropped while one is pending, unique.py) and
+    ``unique_until`` ("success", the default, or "start"), ``expires_in`` (seconds: a job not
+    started by then is dropped, expiry.py), ``name`` (the name to serve; not inherited) and
+    ``abstract`` (True = do not register this class; not inherited).
     Options are inherited along the MRO, subclasses overriding.
     """
 
@@ -283,6 +303,11 @@ class Job:
         """Called once when the job will not be retried again. Sidekiq's
         ``sidekiq_retries_exhausted``."""
 
+    @classmethod
+    def on_expired(cls, msg: dict) -> None:
+        """Called once, in the worker, when the job is dropped unrun because it was not
+        started before its ``expires_at`` (``expires_in``): ``msg`` is its payload."""
+
     # --- options ---
     @classmethod
     def get_options(cls) -> dict[str, Any]:
@@ -354,7 +379,8 @@ class Setter:
     """``Job.set(...)``: per-push options, chainable (``.set(...)`` again merges more).
 
     Takes the options that make sense per push (``queue``, ``retry``, ``backtrace``, ``dead``,
-    ``retry_queue``, ``tags``, ``timeout``), ``jid`` (this push's job id, instead of a new
+    ``retry_queue``, ``tags``, ``timeout``, ``unique_for``, ``unique_until``, ``expires_in``),
+    ``jid`` (this push's job id, instead of a new
     one), ``wait`` (seconds or a timedelta from now) or ``wait_until`` (an epoch or a
     datetime), like Sidekiq and ActiveJob, ``extra``: a dict of payload keys of your own,
     written as they are (``set(extra={"tenant": 7})``, for a client or server middleware that
@@ -499,8 +525,12 @@ def job(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     if not callable(fn) or isinstance(fn, type):
         raise TypeError(f"@queued.job decorates a function, not {fn!r}")
 
-    def perform(self: Job, *args: Any) -> Any:
-        return fn(*args)
+    if inspect.iscoroutinefunction(fn):
+        async def perform(self: Job, *args: Any) -> Any:  # an async job (runs on the loop)
+            return await fn(*args)
+    else:
+        def perform(self: Job, *args: Any) -> Any:
+            return fn(*args)
 
     namespace = {"queued_options": dict(options), "perform": perform,
                  "__module__": fn.__module__, "__qualname__": fn.__qualname__,

@@ -5,9 +5,15 @@ state leaks from one job to the next. A middleware is called as
 ``mw(job, msg, queue, call_next)`` and must return ``call_next()`` to go on (or return
 without calling it to stop the chain: a client middleware that does so cancels the push).
 ``job`` is the job instance on the server side and the job class name on the client side.
+
+Around an ``async def perform`` job (``invoke_async``), ``call_next()`` returns an awaitable:
+a middleware whose ``__call__`` is ``async def`` awaits it (and so wraps the job's whole run:
+its time, its exceptions); a plain one returns it, as it returns ``call_next()`` for any job,
+and then sees the job start but not end. The same middleware serves both kinds of job.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 
@@ -75,6 +81,21 @@ class Chain:
             return instances[i](job, msg, queue, lambda: step(i + 1))
 
         return step(0)
+
+    async def invoke_async(self, job: Any, msg: dict, queue: str,
+                           final: Callable[[], Any]) -> Any:
+        """``invoke`` for a job whose ``final()`` returns an awaitable (see the header)."""
+        if not self._entries:
+            return await final()
+        instances = [cls(*a, **kw) for cls, a, kw in self._entries]
+
+        async def step(i: int) -> Any:
+            if i == len(instances):
+                return await final()
+            result = instances[i](job, msg, queue, lambda: step(i + 1))
+            return await result if inspect.isawaitable(result) else result
+
+        return await step(0)
 
     def reaches_end(self, job: Any, msg: dict, queue: str) -> bool:
         """Run the chain around nothing: True if every middleware called the next link (a

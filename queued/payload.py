@@ -18,6 +18,10 @@ from .errors import PayloadError
 #: The payload key that counts how often a job killed its worker in a row (recovery.py): set
 #: by the master when it puts such a job back, gone once a run ends (success or failure).
 CRASHES = "queued_crashes"
+#: The payload key that marks a job as a suspect (recovery.py): it was one of several jobs
+#: running in a worker process that crashed, so it is not known to be the culprit; it runs
+#: next alone, where a crash is its own. Gone, like CRASHES, once a run ends.
+SUSPECT = "queued_suspect"
 #: Integers above this are epoch milliseconds (Sidekiq 8), below it epoch seconds.
 _MS_THRESHOLD = 10**11
 

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from .groups import Group, parse_groups
 from .periodic import Schedule, SchedulerOptions, parse_schedule, parse_scheduler
 from .redisopts import DEFAULT_REDIS_URL, RedisOptions, redis_options
 from .values import (Invalid, boolean, choice, error, host_port, integer, optional_integer,
@@ -57,11 +58,20 @@ class Config:
                              "file has it.", not_in_file="it follows from -e and the file")
     concurrency: int = _s(os.cpu_count() or 2, integer(1), "Number of worker processes.",
                           flags=("-c", "--concurrency"))
+    threads: int = _s(1, integer(1), "Jobs each worker process runs at once: sync jobs on its "
+                      "threads, async ones on its event loop (jobs at once = concurrency x "
+                      "threads). 1: one job at a time, its time limit by SIGALRM.",
+                      flags=("--threads",))
     queues: tuple[tuple[str, int], ...] = _s(
         (("default", 1),), queues, "Queues to fetch from, as names (strict order) or "
         "[name, weight] (weighted random).", flags=("-q", "--queue"))
     strict: bool = _s(True, boolean, "Strict queue order: true unless a queue has a weight > 0.",
                       not_in_file="it follows from the queue weights")
+    groups: tuple[Group, ...] = _s((), parse_groups, "Queue groups with worker processes of "
+                                   "their own (Sidekiq 7's capsules): name -> queues (as "
+                                   "queues:), concurrency (processes, default 1), threads "
+                                   "(default 1). Other queues use the top-level settings. "
+                                   "See docs/migrating.md.")
     shutdown_timeout: float = _s(25.0, seconds(0, above=True),
                                  "Seconds a graceful stop waits for running jobs.",
                                  aliases=("timeout",), flags=("-t", "--timeout"))
@@ -145,7 +155,30 @@ class Config:
 
     @property
     def queue_names(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(name for name, _ in self.queues))
+        """Every queue this daemon serves: the top-level ones, then each group's."""
+        return tuple(dict.fromkeys([*(name for name, _ in self.queues),
+                                    *(q for g in self.groups for q in g.queue_names)]))
+
+    @property
+    def worker_groups(self) -> tuple[Group, ...]:
+        """The shapes of worker processes: the top-level queues' (if they have queues and
+        workers), then each group's."""
+        top = (Group("", self.queues, self.strict, self.concurrency, self.threads),)
+        return (top if self.queues and self.concurrency else ()) + self.groups
+
+    @property
+    def process_count(self) -> int:
+        """Worker processes, every group's together."""
+        return sum(g.concurrency for g in self.worker_groups)
+
+    @property
+    def jobs_at_once(self) -> int:
+        """Jobs the daemon runs at once: each group's processes times their threads."""
+        return sum(g.concurrency * g.threads for g in self.worker_groups)
+
+    @property
+    def max_threads(self) -> int:
+        return max((g.threads for g in self.worker_groups), default=1)
 
     @property
     def weighted_queues(self) -> tuple[str, ...]:

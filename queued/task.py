@@ -39,6 +39,7 @@ from . import client as _client
 from .keys import TASK_STATES, Keys
 from .payload import dumps, new_jid
 from .tracking import FINAL, TASK_PUSH, TASK_SEAL, CallbackBlocked, blocked_keys
+from .unique import UNIQUE_PUSH
 
 log = logging.getLogger("queued.task")
 
@@ -191,7 +192,7 @@ class Task:
             return
         r, ks = self.client.redis, self.keys.task_keys(self.id)
         ttl_ms = int(self._meta["ttl_idle"]) * 1000
-        jobs = buffer.jobs
+        jobs = [job for job in buffer.jobs if job[0] not in buffer.locks]
         for start in range(0, max(len(jobs), 1), CHUNK):
             pipe = r.pipeline(transaction=True)
             if not self._stored:
@@ -206,8 +207,24 @@ class Task:
             if chunk and replies[-4]:
                 log.warning("task %s: %d job(s) not pushed: their jid is already in the task "
                             "(the same jid is the same job)", self.id, replies[-4])
+        if buffer.locks:
+            self._write_unique(buffer, ks, ttl_ms)
         if seal:
             self._seal(None)
+
+    def _write_unique(self, buffer: "_Buffer", ks: list[str], ttl_ms: int) -> None:
+        """The block's unique jobs, after the task exists: each pushed with its record and
+        its enqueued state only if its lock was free (unique_push.lua), so a duplicate dropped
+        at the push is not counted in the task. (The task may run its other jobs meanwhile:
+        it completes only once sealed, after this.)"""
+        jobs = [job for job in buffer.jobs if job[0] in buffer.locks]
+        records = {jid: record for jid, record, *_ in jobs}
+        for start in range(0, len(jobs), CHUNK):
+            locked = [(*buffer.locks[jid][:1], text, at, buffer.locks[jid][1])
+                      for jid, _record, _queue, at, text in jobs[start:start + CHUNK]]
+            keys, args = _client.unique_push_call(self.keys, locked, (ks[7], ks[1]), ttl_ms,
+                                                  records)
+            UNIQUE_PUSH(self.client.redis, keys, args)
 
     def _create(self, pipe: Any) -> None:
         now = time.time()
@@ -343,9 +360,14 @@ class _Buffer:
         #: (jid, record JSON, queue or None when scheduled, at or None, payload JSON), in
         #: push order
         self.jobs: list[tuple[str, str, str | None, float | None, str]] = []
+        #: jid -> (unique.Lock, queue) of the unique jobs among them (pushed with their lock)
+        self.locks: dict[str, Any] = {}
 
-    def collect(self, entries: list[tuple[str, str, str | None, float | None, str]]) -> None:
+    def collect(self, entries: list[tuple[str, str, str | None, float | None, str]],
+                locks: dict[str, Any] | None = None) -> None:
         self.jobs.extend(entries)
+        if locks:
+            self.locks.update(locks)
 
 
 def _push_chunk(pipe: Any, keys: Keys, ks: list[str], chunk: list) -> None:
@@ -399,7 +421,9 @@ def _record(jid: str, state: str, rec: bytes | None, err: bytes | None,
         at, text = json.loads(line)
         messages.append({"at": at, "text": text})
     return {"jid": jid, "status": PUBLIC[state], "retrying": state == "retry",
-            "final": state in FINAL, "class": record.get("class"), "queue": record.get("queue"),
+            "final": state in FINAL,
+            # (ActiveJob's wrapped class, as Sidekiq shows it: issue 20)
+            "class": record.get("wrapped") or record.get("class"), "queue": record.get("queue"),
             "args": record.get("args"), "at": record.get("at"),
             "error": json.loads(err) if err else None, "messages": messages}
 

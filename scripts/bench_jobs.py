@@ -39,3 +39,36 @@ class StallJob(queued.Job):
         r.rpush("bench:start", json.dumps([token, n, started, os.getpid()]))
         if n == 1:
             time.sleep(60)
+
+
+#: Seconds a waiting job waits (scripts/bench_wait.py sets BENCH_WAIT): as on an HTTP call.
+WAIT = float(os.environ.get("BENCH_WAIT", "0.02"))
+
+
+def _stamp(n: int, total: int, r) -> None:
+    if n == 1 or n == total or n == total // 10:
+        r.set("bench:first" if n == 1 else "bench:last" if n == total else "bench:warm",
+              repr(time.time()))
+
+
+class WaitJob(queued.Job):
+    """Waits BENCH_WAIT seconds without CPU (time.sleep, as a blocking I/O call does), then
+    does what BenchJob does."""
+
+    def perform(self, total):
+        time.sleep(WAIT)
+        r = queued.get_redis()
+        _stamp(r.incr("bench:done"), total, r)
+
+
+class AsyncWaitJob(queued.Job):
+    """The same as an async job: awaits BENCH_WAIT seconds on its worker's event loop."""
+
+    async def perform(self, total):
+        import asyncio
+        await asyncio.sleep(WAIT)
+        r = queued.get_async_redis()
+        n = await r.incr("bench:done")
+        if n == 1 or n == total or n == total // 10:
+            await r.set("bench:first" if n == 1 else "bench:last" if n == total
+                        else "bench:warm", repr(time.time()))

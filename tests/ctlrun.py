@@ -1,10 +1,13 @@
 """Run ``queuedctl`` as an operator does: a subprocess (``python -m queued.admin.ctl``, from this
-checkout), its stdout, stderr and exit status. Tables are drawn 200 columns wide ($COLUMNS) so
-a row never wraps; ``REDIS_URL`` is taken out of the environment unless a test gives it."""
+checkout), its stdout, stderr and exit status. Its stdout is a pipe, so listings come one line
+per row (``rows`` reads them); tables drawn on a terminal (tests/test_ctl.py's ``in_terminal``)
+are 200 columns wide ($COLUMNS). ``REDIS_URL`` is taken out of the environment unless a test
+gives it."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -47,7 +50,22 @@ def ok(*args: str, url: str | None = None, **kw) -> str:
     return proc.stdout
 
 
-def rows(table: str) -> list[list[str]]:
+def columns(listing: str) -> list[str]:
+    """The header of a plain listing (queuedctl's output off a terminal)."""
+    return [m.group() for m in re.finditer(r"\S+(?: \S+)*", listing.splitlines()[0])]
+
+
+def rows(listing: str) -> list[list[str]]:
+    """The rows of a plain listing (queuedctl's output off a terminal: a header line, then
+    one line per row, columns left-aligned two spaces apart), each as its cells, cut at the
+    columns the header's names start at."""
+    lines = listing.splitlines()
+    starts = [m.start() for m in re.finditer(r"\S+(?: \S+)*", lines[0])]
+    bounds = list(zip(starts, [*starts[1:], None]))
+    return [[line[a:b].strip() for a, b in bounds] for line in lines[1:] if line]
+
+
+def box_rows(table: str) -> list[list[str]]:
     """The body rows of a rich table (box characters stripped), each as its cells."""
     out = []
     for line in table.splitlines():

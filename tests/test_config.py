@@ -922,3 +922,56 @@ def test_the_example_config_loads(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = load("-C", EXAMPLE, "-e", "production")
     assert cfg.section == "production" and cfg.require == ("./app/jobs.py",)
+
+
+# --- queue groups (issue 17) ---------------------------------------------------------------------
+
+def test_queue_groups_have_their_own_processes_threads_and_queues():
+    cfg = config.from_dict({"concurrency": 1, "queues": ["default"], "groups": {
+        "cpu": {"queues": ["reports"], "concurrency": 2},
+        ":io": {":queues": ["mailers", ["webhooks", 2]], "concurrency": 2, "threads": 25}}},
+        environ=NO_ENV)
+    top, cpu, io = cfg.worker_groups
+    assert (top.name, top.queue_names, top.concurrency, top.threads) == ("", ("default",), 1, 1)
+    assert (cpu.queue_names, cpu.strict, cpu.concurrency, cpu.threads) == (
+        ("reports",), True, 2, 1)
+    assert (io.queue_names, io.strict, io.weighted_queues, io.threads) == (
+        ("mailers", "webhooks"), False, ("mailers", "webhooks", "webhooks"), 25)
+    assert cfg.queue_names == ("default", "reports", "mailers", "webhooks")
+    assert (cfg.process_count, cfg.jobs_at_once, cfg.max_threads) == (5, 53, 25)
+
+
+def test_a_group_that_takes_default_leaves_the_top_level_without_workers():
+    cfg = config.from_dict({"groups": {"io": {"queues": ["default"], "threads": 5}}},
+                           environ=NO_ENV)
+    assert cfg.queues == () and [g.name for g in cfg.worker_groups] == ["io"]
+    assert (cfg.process_count, cfg.jobs_at_once) == (1, 5)
+
+
+@pytest.mark.parametrize("groups,top,message", [
+    ({"a": {"queues": ["x"]}, "b": {"queues": ["x"]}}, None,
+     "groups.b.queues: queue 'x' is in groups a and b; a queue belongs to one group"),
+    ({"a": {"queues": ["x"]}}, ["x"],
+     "groups.a.queues: queue 'x' is in the top-level queues and in group a"),
+    ({"a": {"queus": ["x"]}}, None, "unknown key 'groups.a.queus' (did you mean"),
+    ({"a": {"concurrency": 2}}, None, "groups.a.queues: a group needs its queues"),
+    ({"a": {"queues": ["x"], "threads": 0}}, None,
+     "groups.a.threads: expected a positive integer, got 0"),
+    (["x"], None, "groups: expected a mapping of group name"),
+])
+def test_bad_groups_name_the_key(groups, top, message):
+    data = {"groups": groups, **({"queues": top} if top else {})}
+    with pytest.raises(config.ConfigError) as e:
+        config.from_dict(data, source="/etc/queued/sidekiq.yml", environ=NO_ENV)
+    assert str(e.value).startswith("/etc/queued/sidekiq.yml: ") and message in str(e.value)
+
+
+def test_threads_from_the_file_and_the_command_line(tmp_path):
+    path = tmp_path / "s.yml"
+    path.write_text(":concurrency: 2\n:threads: 10\n")
+    assert (load("-C", str(path)).threads, load("-C", str(path)).jobs_at_once) == (10, 20)
+    assert load("-C", str(path), "--threads", "25").jobs_at_once == 50
+    path.write_text("threads: 0\n")
+    with pytest.raises(config.ConfigError) as e:
+        load("-C", str(path))
+    assert "threads: expected a positive integer, got 0" in str(e.value)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from ctlrun import ctl, ctl_env, ctl_json, ok, rows
+from ctlrun import box_rows, columns, ctl, ctl_env, ctl_json, ok, rows
 from harness import ROOT, wait_for
 
 NOW = time.time()  # each test's own "now" (set_now), for the payloads' times
@@ -76,15 +76,26 @@ def full(r):
 
 # --- stats, queues, history -------------------------------------------------------------------
 
+def pairs(text: str) -> list[list[str]]:
+    """The name/value lines a plain ``stats`` starts with (up to the blank line)."""
+    head = text.split("\n\n")[0]
+    return [re.split(r"\s{2,}", line) for line in head.splitlines()]
+
+
 def test_stats_as_a_table_and_as_json(full, redis_url):
     a_process(full, "web-2:99:aa", busy=2)
-    table = ok("stats", url=redis_url)
-    assert f"queued on {redis_url}" in table
-    assert rows(table)[:8] == [
+    said = ok("stats", url=redis_url)
+    assert pairs(said)[:8] == [
         ["Processed", "1,234"], ["Failed", "56"], ["Enqueued", "4"], ["Scheduled", "1"],
         ["Retries", "1"], ["Dead", "3"], ["Processes", "2"], ["Busy", "3"]]
-    (default,) = [row for row in rows(table) if row[0] == "default"]
+    queues = said.split("\n\n")[1]
+    assert columns(queues) == ["Queue", "Size", "Latency", "Paused"]
+    (default,) = [row for row in rows(queues) if row[0] == "default"]
     assert default[:2] == ["default", "3"] and default[2].endswith(" s")
+    # on a terminal: rich tables, under the Redis they came from
+    status, table = in_terminal(["stats"], b"", redis_url)
+    assert status == 0 and f"queued on {redis_url}" in table
+    assert box_rows(table)[:2] == [["Processed", "1,234"], ["Failed", "56"]]
     doc = ctl_json("stats", url=redis_url)
     latency = {name: q.pop("latency") for name, q in doc["queues"].items()}
     assert latency == {"default": pytest.approx(time.time() - NOW + 32, abs=5),
@@ -93,6 +104,7 @@ def test_stats_as_a_table_and_as_json(full, redis_url):
     assert abs(doc.pop("time") - time.time()) < 30
     assert doc == {"processed": 1234, "failed": 56, "enqueued": 4, "scheduled": 1,
                    "retries": 1, "dead": 3, "processes": 2, "busy": 3,
+                   "expired": 0, "overlimit": 0, "unique_dropped": 0, "unique_deferred": 0,
                    "queues": {"default": {"size": 3, "paused": False},
                               "low": {"size": 1, "paused": False}}}
 
@@ -102,7 +114,7 @@ def test_queues_pause_and_unpause(r, full, redis_url):
         "paused queue low: workers take no more jobs from it (1 waiting)\n")
     assert r.smembers("paused") == {b"low"}
     assert ok("pause", "low", url=redis_url) == "queue low was already paused\n"
-    assert ctl_json("pause", "empty", url=redis_url) == {
+    assert ctl_json("pause", "empty", "--force", url=redis_url) == {
         "queue": "empty", "paused": True, "changed": True, "size": 0}
     table = rows(ok("queues", url=redis_url))
     assert [(row[0], row[1], row[3]) for row in table] == [
@@ -196,9 +208,9 @@ def test_jobs_of_each_set_as_tables(full, redis_url):
     assert [row[:3] for row in queue] == [["1", jid(0), "HardJob"], ["2", jid(1), "HardJob"],
                                           ["3", jid(2), "HardJob"]]
     assert queue[0][4].endswith("s ago")
-    # ActiveJob's wrapped class is the class shown, and the caption counts
+    # ActiveJob's wrapped class is the class shown
     low = ok("jobs", "queue:low", url=redis_url)
-    assert rows(low)[0][2] == "ReportJob" and "1 of 1 in queue:low" in low
+    assert rows(low)[0][2] == "ReportJob"
 
 
 def test_jobs_filters_limit_and_json(r, redis_url):
@@ -214,9 +226,11 @@ def test_jobs_filters_limit_and_json(r, redis_url):
             first["retry_count"], first["source"]) == (
         "A", "default", [3, "bob"], "RuntimeError", 3, "dead")
     assert first["score"] == pytest.approx(NOW - 3) and first["payload"]["jid"] == jid(3)
-    limited = ok("jobs", "dead", "--class", "A", "--limit", "2", url=redis_url)
-    assert [row[1] for row in rows(limited)] == [jid(1), jid(3)]
-    assert "2 of 30 matching, 60 in dead (--limit N shows more, 0 all)" in limited
+    # off a terminal the rows alone are on stdout; that some were left out, on stderr
+    limited = ctl("jobs", "dead", "--class", "A", "--limit", "2", url=redis_url)
+    assert [row[1] for row in rows(limited.stdout)] == [jid(1), jid(3)]
+    assert limited.stderr == ("queuedctl: 2 of 30 matching, 60 in dead (--limit N shows "
+                              "more, 0 all)\n")
     assert len(ctl_json("jobs", "dead", "--limit", "0", url=redis_url)["jobs"]) == 60
     assert [j["jid"] for j in ctl_json("jobs", "dead", "--arg", '[7,"b', url=redis_url)
             ["jobs"]] == [jid(7)]
@@ -247,10 +261,10 @@ def test_a_filter_narrows_the_jids_named(r, full, redis_url):
 
 def test_retry_kill_and_delete_every_match(r, redis_url):
     r.zadd("retry", {failed(i, klass="A" if i < 30 else "B"): NOW + i for i in range(100)})
-    assert ok("kill", "retry", "--class", "A", "--all", url=redis_url) == (
+    assert ok("kill", "retry", "--class", "A", "--all", "--yes", url=redis_url) == (
         "30 jobs killed (moved to dead) from retry\n")
     assert r.zcard("retry") == 70 and r.zcard("dead") == 30
-    assert ctl_json("retry", "dead", "--arg", "[1", "--all", url=redis_url)["done"] == 11
+    assert ctl_json("retry", "dead", "--arg", "[1", "--all", "-y", url=redis_url)["done"] == 11
     assert r.llen("queue:default") == 11  # 1 and 10..19
     assert ok("delete", "retry", "--all", "--yes", url=redis_url) == (
         "70 jobs deleted from retry\n")
@@ -261,7 +275,8 @@ def test_delete_from_a_queue(r, full, redis_url):
     assert ok("delete", "queue:default", jid(1), url=redis_url) == (
         "1 job deleted from queue:default\n")
     assert [json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)] == [jid(2), jid(0)]
-    assert ok("delete", "queue:low", "--class", "ReportJob", "--all", url=redis_url) == (
+    assert ok("delete", "queue:low", "--class", "ReportJob", "--all", "--yes",
+              url=redis_url) == (
         "1 job deleted from queue:low\n")
 
 
@@ -274,7 +289,6 @@ def test_delete_from_a_queue(r, full, redis_url):
     (["kill", "dead", "--all"], "dead jobs are dead already"),
     (["jobs", "deadd"], "'deadd' is not a set: give queue:NAME, scheduled, retry or dead"),
     (["jobs", "dead", "--limit", "-1"], "'-1' is not a positive whole number"),
-    (["delete", "dead", "--all"], "deleting every job of dead needs --yes"),
     (["quiet"], "give a process's IDENTITY, or --all"),
     ([], "the following arguments are required: COMMAND"),
 ])
@@ -288,10 +302,11 @@ def test_usage_errors_exit_2_and_change_nothing(r, full, redis_url, args, messag
 
 def test_a_bulk_action_draws_a_progress_bar_on_a_terminal_only(r, redis_url):
     r.zadd("dead", {failed(i): NOW - i for i in range(3000)})
-    proc = ctl("retry", "dead", "--class", "Billing::InvoiceJob", "--all", url=redis_url)
+    proc = ctl("retry", "dead", "--class", "Billing::InvoiceJob", "--all", "--yes",
+               url=redis_url)
     assert (proc.stdout, proc.stderr) == ("3,000 jobs retried (enqueued now) from dead\n", "")
     r.zadd("dead", {failed(i): NOW - i for i in range(3000, 6000)})
-    status, said = in_terminal(["retry", "dead", "--all"], b"", redis_url)
+    status, said = in_terminal(["retry", "dead", "--all"], b"y\n", redis_url)
     assert status == 0 and "3,000 jobs retried" in said
     assert "retry dead" in said and "3000/3000 examined, 3000 acted on" in said
 
@@ -300,26 +315,54 @@ def test_a_bulk_action_draws_a_progress_bar_on_a_terminal_only(r, redis_url):
 
 def test_processes_and_running(r, full, redis_url):
     a_process(r, "web-2:99:aa", busy=0, quiet="true", queues=("low",), hostname="web-2")
-    table = ok("processes", url=redis_url)
-    beats = [row.pop(6) for row in rows(table)]
-    assert rows(table) and all(b.endswith("s ago") for b in beats)
-    assert [row[:6] + row[7:] for row in rows(table)] == [
-        [IDENTITY, "app", "2h ago", "default, low", "1/4", "running", "40 MB"],
-        ["web-2:99:aa", "app", "2h ago", "low", "0/4", "quiet", "40 MB"]]
-    assert "2 processes, 1 of 8 busy" in table
+    table = rows(ok("processes", url=redis_url))
+    beats = [row.pop(7) for row in table]
+    assert table and all(b.endswith("s ago") for b in beats)
+    assert table == [
+        [IDENTITY, "app", "2h ago", "default, low", "1/4", "1", "running", "40 MB"],
+        ["web-2:99:aa", "app", "2h ago", "low", "0/4", "0", "quiet", "40 MB"]]
+    status, drawn = in_terminal(["processes"], b"", redis_url)
+    assert status == 0 and "2 processes, 1 of 8 busy" in drawn
     (first, second) = ctl_json("processes", url=redis_url)
     assert first == {"identity": IDENTITY, "hostname": "web-1", "pid": 4721, "tag": "app",
                      "version": "", "started_at": pytest.approx(NOW - 7200),
                      "concurrency": 4, "busy": 1, "queues": ["default", "low"],
                      "quiet": False, "beat": pytest.approx(NOW - 2), "rss_kb": 41234,
-                     "rtt_us": 90, "labels": ["blue"]}
+                     "rtt_us": 90, "labels": ["blue"], "reserved": 1, "threads": 4,
+                     "processes": 1, "hangs": []}
     assert second["quiet"] is True
+    # (a record without queued's worker and pid: Sidekiq's thread id, its process's pid)
     (running,) = rows(ok("running", url=redis_url))
-    assert running[:5] == [IDENTITY, jid(99), "default", "HardJob", '[99,"bob"]']
-    assert running[5].endswith("s ago")
+    assert running[:7] == [IDENTITY, "4721", "w0", jid(99), "default", "HardJob",
+                           '[99,"bob"]']
+    assert running[7].endswith("s ago")
     (work,) = ctl_json("workers", url=redis_url)
-    assert (work["identity"], work["jid"], work["queue"], work["run_at"]) == (
-        IDENTITY, jid(99), "default", int(NOW - 12))
+    assert (work["identity"], work["jid"], work["queue"], work["run_at"], work["worker"],
+            work["pid"]) == (IDENTITY, jid(99), "default", int(NOW - 12), "w0", 4721)
+
+
+def test_processes_shows_what_a_threaded_process_holds_and_its_hangs(r, redis_url):
+    # Given a master of 2 processes x 25 threads running 3 jobs, holding 4, and reporting a
+    # stuck event loop and a job past its time limit (heartbeat.hangs)
+    a_process(r, busy=3, concurrency=50, processes=2, threads=25)
+    r.hset(IDENTITY, mapping={"reserved": "4", "hangs": json.dumps([
+        {"worker": 1, "pid": 77, "loop_lag": 3.2, "jid": "j" * 24},
+        {"worker": 0, "pid": 76, "thread": 5, "jid": "k" * 24, "class": "Slow", "over": 2.5}])})
+    # Then processes shows busy of jobs at once, what it holds, and names each hang (off a
+    # terminal on stderr: stdout keeps one line per process)
+    proc = ctl("processes", url=redis_url)
+    (row,) = rows(proc.stdout)
+    assert proc.returncode == 0 and row[4:6] == ["3/50", "4"]
+    assert proc.stderr.splitlines() == [
+        f"{IDENTITY}: worker 1 pid 77: its event loop has not run for 3.2s, stuck in job "
+        f"{'j' * 24}",
+        f"{IDENTITY}: worker 0 pid 76 thread 5: Slow jid={'k' * 24} is 2.5s past its timeout"]
+    status, drawn = in_terminal(["processes"], b"", redis_url)  # (a person's: below the table)
+    assert status == 0 and "thread 5: Slow jid=" in drawn
+    (p,) = ctl_json("processes", url=redis_url)
+    assert (p["busy"], p["reserved"], p["concurrency"], p["threads"], p["processes"]) == (
+        3, 4, 50, 25, 2)
+    assert [h["worker"] for h in p["hangs"]] == [1, 0]
 
 
 def test_quiet_stop_and_dump_push_sidekiqs_remote_signals(r, full, redis_url):
@@ -453,20 +496,25 @@ def test_a_bad_config_is_exit_2_and_one_line(tmp_path, content, message):
     assert proc.stderr.count("\n") == 1
 
 
-def test_without_rich_tables_say_how_to_get_them_and_the_rest_works(full, redis_url, tmp_path):
+def test_without_rich_only_terminal_tables_need_it(full, redis_url, tmp_path):
     # A rich that cannot be imported shadows the installed one
     (tmp_path / "rich").mkdir()
     (tmp_path / "rich" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
     env = {"PYTHONPATH": os.pathsep.join((str(tmp_path), ROOT))}
     for args in (["stats"], ["jobs", "dead"], ["processes"]):
-        proc = ctl(*args, url=redis_url, env=env)
+        proc = ctl(*args, "--format", "table", url=redis_url, env=env)
         assert (proc.returncode, proc.stdout) == (2, "")
         assert proc.stderr == ("queuedctl: tables need rich: pip install 'queued-jobs[admin]' "
                                "(or use --json)\n")
+    # off a terminal (plain, tsv, json) nothing needs it
+    assert [row[1] for row in rows(ok("jobs", "dead", url=redis_url, env=env))] == [
+        jid(40), jid(41), jid(42)]
+    assert ok("processes", "--format", "tsv", url=redis_url, env=env).startswith("Identity\t")
     assert ctl_json("stats", url=redis_url, env=env)["dead"] == 3
     assert ctl("ping", url=redis_url, env=env).returncode == 0
-    assert ok("pause", "low", url=redis_url, env=env).startswith("paused queue low")
-    assert ok("retry", "dead", "--all", url=redis_url, env=env) == (
+    assert ok("pause", "low", "--force", url=redis_url, env=env).startswith(
+        "paused queue low")
+    assert ok("retry", "dead", "--all", "--yes", url=redis_url, env=env) == (
         "3 jobs retried (enqueued now) from dead\n")
 
 
@@ -530,13 +578,15 @@ def test_job_text_is_shown_as_it_is_and_ids_are_never_cut(r, redis_url):
     # Given a dead job whose class, arguments and error look like rich's markup
     r.zadd("dead", {failed(1, message="[bold]boom[/bold]", args=[True, "[red]x"],
                            klass="[i]Cls"): NOW - 5})
-    # Then they are printed as they are
+    # Then they are printed as they are, off a terminal and in a table
     (row,) = rows(ok("jobs", "dead", url=redis_url))
     assert row[1:5] == [jid(1), "[i]Cls", "default", '[true,"[red]x"]']
     assert row[5] == "RuntimeError: [bold]boom[/bold] 1"
+    (drawn,) = box_rows(ok("jobs", "dead", "--format", "table", url=redis_url))
+    assert drawn[1:] == row[1:]
     # And in a table too narrow for every cell, the jid stays whole on its line, and the
     # others wrap within the width (nothing cropped off the right side)
-    narrow = ok("jobs", "dead", url=redis_url, env={"COLUMNS": "50"})
+    narrow = ok("jobs", "dead", "--format", "table", url=redis_url, env={"COLUMNS": "50"})
     assert jid(1) in narrow
     drawn = narrow.splitlines()[1:-1]  # (less the title and the caption)
     assert drawn and all(len(line) <= 50 and line[-1] in "┓┃┩│┘" for line in drawn)

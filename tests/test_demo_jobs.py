@@ -74,7 +74,8 @@ def test_the_promotion_task_refuses_the_cheap_products_and_reports_once(demo, qu
                 queued.testing.drain_all()
             except queued.JobFailed as e:
                 refused.append(e.reason)
-            demo.Flaky.clear()  # (the other demo jobs are tested on their own)
+            for other in (demo.Flaky, demo.FetchQuote, demo.SlowQuote):
+                other.clear()  # (the other demo jobs are tested on their own)
     assert refused == ["SKU-000: price 2.00 is below cost", "SKU-001: price 3.70 is below cost"]
     assert "complete: 28 registered, 2 refused, 0 errors" in caplog.text
     task_id = next(r.args[0] for r in caplog.records if "complete:" in r.getMessage())
@@ -82,3 +83,15 @@ def test_the_promotion_task_refuses_the_cheap_products_and_reports_once(demo, qu
     assert task.progress()["complete"] and not task.progress()["success"]
     (cheapest,) = [j for j in task.jobs("failed") if j["args"][0] == "SKU-000"]
     assert [m["text"] for m in cheapest["messages"]] == ["checking SKU-000 at 2.00"]
+
+
+def test_the_async_quotes_run_on_an_event_loop(demo, queued_fake, caplog, monkeypatch):
+    async def instant(seconds):
+        return None
+
+    monkeypatch.setattr(demo.asyncio, "sleep", instant)  # (the "requests" take no time here)
+    demo.FetchQuote.perform_bulk([["ACME"], ["HOOLI"]])
+    with caplog.at_level(logging.INFO, logger="demo"):
+        assert demo.FetchQuote.drain() == 2
+    assert [r.getMessage().split(" is at")[0] for r in caplog.records] == [
+        "async: ACME", "async: HOOLI"]

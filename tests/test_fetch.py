@@ -871,3 +871,30 @@ def test_an_ack_sent_ahead_whose_reply_never_came_is_sent_again_not_run_again(r,
     # Then the ack was sent again, and the finished job is not handed back to run again
     assert [g.payload for g in got] == [job(2)]
     assert r.zrange(RESERVED, 0, -1) == [got[0].member]
+
+
+def test_a_reserve_without_adoption_leaves_running_jobs_alone_and_notes_a_lost_reply(
+        r, make_fetcher):
+    # Given a worker of many jobs at once, running two jobs it reserved
+    f = make_fetcher()
+    r.lpush("queue:default", job(1), job(2), job(3))
+    running = f.reserve(2, adopt=False)
+    assert [x.payload for x in running] == [job(1), job(2)]
+    # When it reserves again while they run, it gets the next job only (not its own again)
+    (third,) = f.reserve(2, adopt=False)
+    assert third.payload == job(3) and f.lost_reply is False
+    # When a reserve call runs in Redis but its reply is lost with the connection
+    r.lpush("queue:default", job(4))
+    sent = f._send_reserve(1, None, adopt=False)
+    from harness import wait_for
+    wait_for(lambda: r.llen("queue:default") == 0, 5, what="Redis to run the reserve call")
+    f._conn._sock.close()
+    with pytest.raises((redis_lib.ConnectionError, OSError)):
+        f._take(sent)
+    # Then the fetcher says so; once the worker's jobs have ended (acked), the next call
+    # adopts: it hands over what the lost call took, once
+    assert f.lost_reply is True
+    for res in (*running, third):
+        f.ack(res)
+    assert [x.payload for x in f.reserve(2)] == [job(4)]
+    assert f.lost_reply is False and r.zcard(K.reserved(FETCH_IDENTITY, 0)) == 1

@@ -40,7 +40,7 @@ def test_a_job_pushed_after_a_dead_workers_slot_was_put_back_stays_in_its_queue(
     wait_for(lambda: worker_connections(r, blocked=True), 10, what="the BLMOVE to block")
     # When the worker dies (Redis has not read its closed socket yet), the master reaps it,
     # puts its slot back, and then stops: its registration gone
-    m.exits.add(Exit(slot=0, code=-9, reason="crash", running="", seconds=0.0))
+    m.exits.add(Exit(slot=0, code=-9, reason="crash", running=(), culprits={}))
     recovery.unregister(r, K, m.identity)
     # And a producer pushes a job
     r.lpush("queue:default", job(1))

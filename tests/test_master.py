@@ -107,7 +107,7 @@ def test_a_worker_that_exits_while_busy_crashed_whatever_its_status(
     ended = m.children.exited(m.workers.pop(333), _status(code))
     # Then an exit in the middle of a job is a crash (charged to the job), a plain exit 0
     # between jobs is not
-    assert ended == (1, code, reason, "c" * 24 if busy else "", 0.0)
+    assert ended == (1, code, reason, ("c" * 24,) if busy else (), {}, False)
 
 
 def _status(code: int) -> int:

@@ -208,7 +208,7 @@ def test_every_worker_slot_the_spare_included_has_a_region_apart_from_the_master
     from types import SimpleNamespace
     from queued.server.jobmetrics import JobMetrics
     from queued.server.slots import slot_count
-    config = SimpleNamespace(concurrency=concurrency, record_metrics=True, metrics=None)
+    config = SimpleNamespace(process_count=concurrency, record_metrics=True, metrics=None)
     table = JobMetrics(config, None, None, None).table
     # (a worker in the spare slot of a rolling restart writing into the master's region
     # would be two writers on one region)

@@ -189,3 +189,57 @@ def test_an_exception_goes_out_through_every_middleware(mws, log):
     with pytest.raises(RuntimeError, match="job failed"):
         c.invoke("j", {}, "q", boom)
     assert ("after", "A") not in log and ("before", "A") in log
+
+
+def test_an_async_job_runs_inside_async_and_plain_middleware():
+    import asyncio
+
+    seen = []
+
+    class Around:  # async: wraps the job's whole run, sees its exception
+        async def __call__(self, job, msg, queue, call_next):
+            seen.append("around in")
+            try:
+                return await call_next()
+            except ValueError as e:
+                seen.append(f"around saw {e}")
+                raise
+            finally:
+                seen.append("around out")
+
+    class Plain:  # sync: returns call_next()'s awaitable, as it does for any job
+        def __call__(self, job, msg, queue, call_next):
+            seen.append("plain")
+            return call_next()
+
+    async def perform():
+        await asyncio.sleep(0)
+        seen.append("job")
+        raise ValueError("boom")
+
+    chain = Chain()
+    chain.add(Around)
+    chain.add(Plain)
+    try:
+        asyncio.run(chain.invoke_async(None, {}, "q", perform))
+    except ValueError:
+        pass
+    assert seen == ["around in", "plain", "job", "around saw boom", "around out"]
+
+
+def test_a_middleware_that_stops_the_chain_stops_an_async_job():
+    import asyncio
+
+    ran = []
+
+    class Gate:
+        def __call__(self, job, msg, queue, call_next):
+            return None
+
+    async def perform():
+        ran.append(1)
+
+    chain = Chain()
+    chain.add(Gate)
+    assert asyncio.run(chain.invoke_async(None, {}, "q", perform)) is None
+    assert ran == []

@@ -394,7 +394,7 @@ def test_a_crash_sends_the_job_back_carrying_its_count_in_the_payload(r, make_fe
     res, jid = _running(r, make_fetcher, raw)
     # When the master settles it, and the next run of the job kills its worker too
     settled = recovery.settle(r, K, ME, _cfg(), 0, code=-9, reason="crash", running_jid=jid)
-    assert settled == (1, False, None)
+    assert settled == (1, 0, ())
     (again,) = r.lrange("queue:default", 0, -1)
     # Then the job went back with the count appended to the producer's own bytes, and the
     # next crash counts from there; no key outlives it (queued:crashes:<jid> did, for a week)
@@ -410,7 +410,7 @@ def test_the_crash_that_reaches_max_crashes_sends_the_job_to_dead(r, make_fetche
     raw = job(5)[:-1] + b',"queued_crashes":2}'
     res, jid = _running(r, make_fetcher, raw)
     settled = recovery.settle(r, K, ME, _cfg(), 0, code=-11, reason="crash", running_jid=jid)
-    assert settled == (0, True, None)
+    assert settled == (0, 1, ())
     (dead,) = [json.loads(m) for m in r.zrange("dead", 0, -1)]
     assert dead["error_class"] == "WorkerKilled" and "3 times" in dead["error_message"]
     # (kicked back from dead, it starts afresh)

@@ -12,6 +12,7 @@ import random
 import pytest
 
 from queued import payload
+from queued.server import retry
 from queued.server.retry import (
     DEAD_MAX_JOBS,
     DEAD_TIMEOUT_IN_SECONDS,
@@ -398,6 +399,28 @@ def test_backtrace_line_counts(setting, expected):
     out = decide(msg, RuntimeError("x"), "default", now=NOW, rand=FixedRand(0),
                  backtrace_lines=lines)
     assert decompress_backtrace(out.msg["error_backtrace"]) == lines[:expected]
+
+
+def test_without_a_backtrace_key_a_bounded_backtrace_is_kept():
+    # Given a job that says nothing about backtraces (Sidekiq keeps none for it) whose error
+    # has 50 frames, some of them very long lines
+    lines = [f"/app/f{i}.py:{i}:in `fn{i}'" + ("x" * 1000 if i == 1 else "") for i in range(50)]
+    msg = payload.loads(NB_QUEUED)
+    assert "backtrace" not in msg
+    # When it fails
+    out = decide(msg, RuntimeError("x"), "default", now=NOW, rand=FixedRand(0),
+                 backtrace_lines=lines)
+    # Then the first DEFAULT_BACKTRACE_LINES lines are kept, innermost first, each cut
+    kept = decompress_backtrace(out.msg["error_backtrace"])
+    assert retry.DEFAULT_BACKTRACE_LINES == 20 and retry.DEFAULT_BACKTRACE_CHARS == 300
+    assert kept == [line[:300] for line in lines[:20]]
+    assert len(out.msg["error_backtrace"]) < 1000  # (compressed: a small part of a payload)
+    # And from a real traceback: its frames, innermost first
+    out = fail(NB_QUEUED, raised(RuntimeError("x")))
+    assert [s.rsplit("`", 1)[1] for s in decompress_backtrace(
+        out.msg["error_backtrace"])] == ["inner'", "middle'", "raised'"]
+    # And an exception never raised (no traceback) keeps Sidekiq's bytes: no field at all
+    assert "error_backtrace" not in fail(NB_QUEUED, RuntimeError("x")).msg
 
 
 @pytest.mark.parametrize("setting", [False, None])

@@ -306,3 +306,26 @@ def test_watch_tells_a_worker_what_the_other_idle_workers_wait_on_across_fork():
     assert w.others(1) == {0}  # its own value is not counted
     w.set(1, None)
     assert w.others(0) == {0}
+
+
+def test_a_threaded_slot_has_its_process_record_and_one_per_lane():
+    t = SlotTable(2, lanes=3)
+    assert t.per_slot == 4
+    head = SlotWriter(t, 1, 4242)
+    lane2 = SlotWriter(t, 1, 4242, record=2)
+    head.tick(held=1, lag=2.5, blocker="j" * 24)
+    lane2.begin("a" * 24, "default", "Held", 4.0)
+    views = t.views()
+    assert len(views) == 8 and [v.record for v in views] == [0, 1, 2, 3] * 2
+    (busy,) = [v for v in views if v.busy]
+    assert (busy.slot, busy.record, busy.jid, busy.timeout) == (1, 2, "a" * 24, 4.0)
+    v0 = t.read(1)
+    assert (v0.busy, v0.held, v0.lag, v0.jid) == (False, 1, 2.5, "j" * 24)
+    # once its job has run and its end is being written, its limit no longer counts
+    lane2.ending()
+    assert t.read(1, record=2).busy and t.read(1, record=2).timeout == 0.0
+    lane2.end(failed=True)
+    assert t.processed(1) == 1 and t.slot_views(1)[2].failed == 1
+    # a worker of one job at a time in the same table writes record 0 as before
+    SlotWriter(t, 0, 77).begin("b" * 24, "q", "X", None, held=3)
+    assert (t.read(0).busy, t.read(0).held) == (True, 3)

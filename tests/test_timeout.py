@@ -147,3 +147,35 @@ def test_consecutive_limits_each_fire():
                 time.sleep(1)
         with job_timeout(0.05):
             pass
+
+
+def test_a_lane_timer_raises_jobtimeout_in_its_thread_and_never_after_it_disarmed():
+    import threading
+    import time as _time
+
+    from queued.server.timeout import LaneTimer
+    timer = LaneTimer()
+    seen = []
+
+    def spin():
+        try:
+            with timer(0.2, "Spin (jid x)"):
+                while True:
+                    pass
+        except JobTimeout as e:
+            seen.append(str(e))
+        # (nothing pending may surface after the with block)
+        for _ in range(200000):
+            pass
+        seen.append("clean")
+
+    t = threading.Thread(target=spin)
+    t.start()
+    while t.is_alive():
+        timer.expire(_time.monotonic())
+        _time.sleep(0.02)
+    assert seen == ["Spin (jid x) exceeded its 0.2s timeout", "clean"]
+    # a job that returned before its deadline is never interrupted later
+    with timer(0.05, "quick"):
+        pass
+    assert timer.expire(_time.monotonic() + 1) is False

@@ -161,8 +161,9 @@ def test_a_timeout_kill_whose_retry_key_is_broken_is_held_not_requeued(r, make_f
     moved, failed, held = recovery.settle(r, K, ME, cfg, 0, code=-9, reason="timeout",
                                           running_jid=jid, timeout=1.0)
     # Then the other job is back in its queue, the killed one stays reserved and is held
-    assert (moved, failed) == (1, True)
-    assert held is not None and held.member == running.member and held.kind == "retry"
+    assert (moved, failed) == (1, 1)
+    (held,) = held
+    assert held.member == running.member and held.kind == "retry"
     assert r.lrange("queue:default", 0, -1) == [other.payload]
     assert r.zrange(RESERVED, 0, -1, withscores=True) == [(running.member, -1.0)]
     # And when the key is fixed, the held failure is written, once

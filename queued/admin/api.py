@@ -22,15 +22,18 @@ from typing import Any
 import redis as redis_lib
 
 from ..connection import make_redis
-from ..keys import Keys
+from ..keys import COUNTERS, Keys
 from ..payload import job_class_name
 from .deadlimits import DeadLimits
 from .entries import Entry, Filter
 from .jobsets import JobSet
+from .limits import LimiterInfo, Limits
+from .locks import LockInfo, Locks
+from .names import name_of, to_key
 from .queues import Queue, latency_of
 
 __all__ = ["Admin", "Stats", "Process", "Running", "Queue", "QueueSummary", "JobSet", "Entry",
-           "Filter", "DeadLimits"]
+           "Filter", "DeadLimits", "Locks", "LockInfo", "Limits", "LimiterInfo"]
 
 #: A remote signal left unread for this long is dropped (Sidekiq's EXPIRE on the list).
 SIGNAL_TTL = 60
@@ -51,6 +54,9 @@ class Admin:
         self.scheduled = JobSet(redis, self.keys, "schedule", dead_limits)
         self.retries = JobSet(redis, self.keys, "retry", dead_limits)
         self.dead = JobSet(redis, self.keys, "dead", dead_limits)
+        #: unique jobs' locks and rate limiters (issue 21)
+        self.locks = Locks(redis, self.keys)
+        self.limits = Limits(redis, self.keys)
 
     def jobset(self, name: str) -> JobSet:
         """``scheduled``/``schedule``, ``retry``/``retries`` or ``dead`` by name."""
@@ -72,13 +78,13 @@ class Admin:
         pipe.scard(k.processes)
         pipe.lindex(k.queue("default"), -1)
         processed, failed, scheduled, retries, dead, procs, oldest = pipe.execute()
-        identities = [i.decode() for i in self.r.sscan_iter(k.processes)]
-        names = sorted(n.decode() for n in self.r.sscan_iter(k.queues))
+        identities = [name_of(i) for i in self.r.sscan_iter(k.processes)]
+        names = sorted(name_of(n) for n in self.r.sscan_iter(k.queues))
         pipe = self.r.pipeline(transaction=False)
         for identity in identities:
-            pipe.hget(k.process(identity), "busy")
+            pipe.hget(to_key(k.process(identity)), "busy")
         for name in names:
-            pipe.llen(k.queue(name))
+            pipe.llen(to_key(k.queue(name)))
         found = pipe.execute()
         sizes = dict(zip(names, (int(n) for n in found[len(identities):])))
         return Stats(processed=_int(processed), failed=_int(failed), scheduled_size=scheduled,
@@ -86,6 +92,13 @@ class Admin:
                      default_queue_latency=latency_of(oldest),
                      workers_size=sum(_int(b) for b in found[:len(identities)]),
                      enqueued=sum(sizes.values()), queues=sizes)
+
+    def counters(self) -> dict[str, int]:
+        """queued's own counts, all time: jobs dropped as ``expired``, ``overlimit``
+        reschedules, duplicate pushes dropped (``unique_dropped``) and duplicates put off as
+        they started (``unique_deferred``)."""
+        values = self.r.mget([self.keys.counter(name) for name in COUNTERS])
+        return {name: _int(v) for name, v in zip(COUNTERS, values)}
 
     def history(self, days: int = 7, start: float | None = None) -> list[tuple[str, int, int]]:
         """(UTC day, processed, failed) for ``days`` days back from ``start`` (today),
@@ -102,11 +115,11 @@ class Admin:
 
     def queues(self) -> list[Queue]:
         """Every queue in ``queues``, by name (Sidekiq's Queue.all)."""
-        return [Queue(self.r, self.keys, n.decode())
+        return [Queue(self.r, self.keys, name_of(n))
                 for n in sorted(self.r.sscan_iter(self.keys.queues))]
 
     def paused(self) -> list[str]:
-        return sorted(n.decode() for n in self.r.smembers(self.keys.paused))
+        return sorted(name_of(n) for n in self.r.smembers(self.keys.paused))
 
     def queue_summaries(self, now: float | None = None) -> list[QueueSummary]:
         """Every queue's size, latency and pause, by name, in three round trips however many
@@ -114,11 +127,11 @@ class Admin:
         queue is listed even when it has no jobs and so is not in ``queues`` yet."""
         now = time.time() if now is None else now
         paused = set(self.paused())
-        names = sorted({n.decode() for n in self.r.sscan_iter(self.keys.queues)} | paused)
+        names = sorted({name_of(n) for n in self.r.sscan_iter(self.keys.queues)} | paused)
         pipe = self.r.pipeline(transaction=False)
         for name in names:
-            pipe.llen(self.keys.queue(name))
-            pipe.lindex(self.keys.queue(name), -1)
+            pipe.llen(to_key(self.keys.queue(name)))
+            pipe.lindex(to_key(self.keys.queue(name)), -1)
         found = pipe.execute()
         return [QueueSummary(name, int(found[2 * i]), latency_of(found[2 * i + 1], now),
                              name in paused) for i, name in enumerate(names)]
@@ -127,10 +140,10 @@ class Admin:
     def processes(self) -> list[Process]:
         """Every live process (queued's and Sidekiq's) in ``processes``, by identity. A member
         whose record expired (it died without leaving) is skipped, not removed."""
-        identities = sorted(i.decode() for i in self.r.sscan_iter(self.keys.processes))
+        identities = sorted(name_of(i) for i in self.r.sscan_iter(self.keys.processes))
         pipe = self.r.pipeline(transaction=False)
         for identity in identities:
-            pipe.hmget(self.keys.process(identity), *_PROCESS_FIELDS)
+            pipe.hmget(to_key(self.keys.process(identity)), *_PROCESS_FIELDS)
         out = []
         for identity, values in zip(identities, pipe.execute()):
             if values[0] is not None:
@@ -153,11 +166,11 @@ class Admin:
         procs = self.processes()
         pipe = self.r.pipeline(transaction=False)
         for p in procs:
-            pipe.hgetall(self.keys.workers(p.identity))
+            pipe.hgetall(to_key(self.keys.workers(p.identity)))
         out = []
         for p, work in zip(procs, pipe.execute()):
             for tid, value in sorted(work.items()):
-                out.append(Running.from_work(p.identity, tid.decode(), value, now))
+                out.append(Running.from_work(p.identity, tid.decode(), value, now, p.pid))
         return out
 
 
@@ -194,7 +207,7 @@ class QueueSummary:
                 "paused": self.paused}
 
 
-_PROCESS_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us")
+_PROCESS_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "reserved", "hangs")
 
 
 @dataclass
@@ -207,6 +220,10 @@ class Process:
     is_quiet: bool
     rss_kb: int | None
     rtt_us: int | None
+    #: queued's: jobs its workers hold (running, or taken and not started); Sidekiq: busy
+    reserved: int = 0
+    #: queued's: event loops stuck and jobs past their time limit (heartbeat.hangs)
+    hangs: list = field(default_factory=list)
 
     @classmethod
     def from_hash(cls, admin: Admin, identity: str, values: dict) -> Process:
@@ -214,10 +231,17 @@ class Process:
             info = json.loads(values["info"])
         except (TypeError, ValueError):
             info = {}
-        return cls(admin, identity, info if isinstance(info, dict) else {}, _int(values["busy"]),
+        try:
+            hangs = json.loads(values.get("hangs") or b"[]")
+        except ValueError:
+            hangs = []
+        busy = _int(values["busy"])
+        return cls(admin, identity, info if isinstance(info, dict) else {}, busy,
                    _float(values["beat"]), values["quiet"] == b"true",
                    _int(values["rss"]) if values["rss"] is not None else None,
-                   _int(values["rtt_us"]) if values["rtt_us"] is not None else None)
+                   _int(values["rtt_us"]) if values["rtt_us"] is not None else None,
+                   _int(values["reserved"]) if values.get("reserved") is not None else busy,
+                   hangs if isinstance(hangs, list) else [])
 
     @property
     def hostname(self) -> str:
@@ -229,7 +253,28 @@ class Process:
 
     @property
     def concurrency(self) -> int:
+        """Jobs it runs at once (Sidekiq: its threads; queued: processes x threads)."""
         return _int(self.info.get("concurrency"))
+
+    @property
+    def shape(self) -> str:
+        """queued's processes x threads (``2 × 25 threads``; per group: ``1 × 1, io 2 × 10``),
+        or "" for one job per process (and for Sidekiq's processes)."""
+        groups = self.info.get("groups")
+        if not isinstance(groups, list) or not groups or not all(
+                isinstance(g, dict) for g in groups):
+            return ""
+        if len(groups) == 1:
+            g = groups[0]
+            return f"{g.get('processes')} × {g.get('threads')} threads" \
+                if _int(g.get("threads")) > 1 else ""
+        return ", ".join(f"{g.get('name') + ' ' if g.get('name') else ''}"
+                         f"{g.get('processes')} × {g.get('threads')}" for g in groups)
+
+    @property
+    def threads(self) -> int:
+        """Threads of each worker process (queued's; Sidekiq's one process: its concurrency)."""
+        return _int(self.info.get("threads")) or self.concurrency
 
     @property
     def queues(self) -> list[str]:
@@ -252,7 +297,7 @@ class Process:
         process reads it on its next heartbeat (a minute at most, then dropped)."""
         if signal_name not in ("TSTP", "USR1", "TERM", "TTIN"):
             raise ValueError(f"not a remote signal: {signal_name!r} (TSTP, TERM or TTIN)")
-        key = self.admin.keys.signals(self.identity)
+        key = to_key(self.admin.keys.signals(self.identity))
         pipe = self.admin.r.pipeline(transaction=True)
         pipe.lpush(key, signal_name)
         pipe.expire(key, SIGNAL_TTL)
@@ -272,40 +317,52 @@ class Process:
                 "tag": self.tag, "version": self.version, "started_at": self.started_at,
                 "concurrency": self.concurrency, "busy": self.busy, "queues": self.queues,
                 "quiet": self.is_quiet, "beat": self.beat, "rss_kb": self.rss_kb,
-                "rtt_us": self.rtt_us}
+                "rtt_us": self.rtt_us, "reserved": self.reserved, "threads": self.threads,
+                "processes": _int(self.info.get("processes")) or 1, "hangs": self.hangs}
 
 
 @dataclass(frozen=True)
 class Running:
+    """A running job, from its process's ``<identity>:workers`` hash. ``worker`` and ``pid``
+    are what the job's log lines say (``pid=4242 tid=w3``): queued writes both beside
+    Sidekiq's fields; for Sidekiq's own processes they are its thread id and the process's
+    pid (its threads share it)."""
     identity: str
     tid: str
     queue: str
     run_at: float | None
     runtime: float | None
     entry: Entry
+    worker: str = ""
+    pid: int | None = None
 
     @classmethod
-    def from_work(cls, identity: str, tid: str, value: bytes, now: float) -> Running:
+    def from_work(cls, identity: str, tid: str, value: bytes, now: float,
+                  process_pid: int | None = None) -> Running:
         try:
             work = json.loads(value)
         except ValueError:
             work = {}
-        payload = work.get("payload") if isinstance(work, dict) else None
+        if not isinstance(work, dict):
+            work = {}
+        payload = work.get("payload")
         # Sidekiq 6 writes the payload as a JSON string, 7+ as an object.
         raw = (payload.encode() if isinstance(payload, str) else
                json.dumps(payload or {}).encode())
-        run_at = _float(work.get("run_at")) if isinstance(work, dict) else None
+        run_at = _float(work.get("run_at"))
         if run_at is not None and run_at > 1e11:  # Sidekiq 8: milliseconds
             run_at /= 1000
-        queue = str(work.get("queue") or "") if isinstance(work, dict) else ""
+        queue = str(work.get("queue") or "")
+        pid = work.get("pid")
+        pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else process_pid
         return cls(identity, tid, queue, run_at, None if run_at is None else now - run_at,
-                   Entry(raw, None, f"queue:{queue}"))
+                   Entry(raw, None, f"queue:{queue}"), str(work.get("worker") or tid), pid)
 
     def as_dict(self) -> dict[str, Any]:
         e = self.entry
-        return {"identity": self.identity, "tid": self.tid, "queue": self.queue,
-                "jid": e.jid, "class": e.klass, "args": e.args, "run_at": self.run_at,
-                "runtime": self.runtime}
+        return {"identity": self.identity, "tid": self.tid, "worker": self.worker,
+                "pid": self.pid, "queue": self.queue, "jid": e.jid, "class": e.klass,
+                "args": e.args, "run_at": self.run_at, "runtime": self.runtime}
 
 
 def _int(value: Any) -> int:

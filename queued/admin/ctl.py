@@ -1,10 +1,11 @@
 """``queuedctl``: the operator's command, over ``queued.api``. The command line and where Redis
-is are here; the commands are in ctlcmds.py (numbers, queues), ctljobs.py (jobs) and
-ctltasks.py (tasks), ctlprocs.py (processes, ping), how they show things in ctlout.py.
+is are here; the commands are in ctlcmds.py (numbers, queues), ctljobs.py (jobs), ctloncall.py
+(errors, find), ctltasks.py (tasks), ctlprocs.py (processes, ping), how they show things in
+ctlout.py (and ctltext.py off a terminal).
 
 Exit status (DESIGN.md's contract): 0 done; 1 the thing asked about is unhealthy or absent (a
-jid not found, no such process, ping failed); 2 usage or config error (argparse's own, a bad
-config file, a missing confirmation); 3 Redis unreachable. Every error is one line on stderr,
+jid not found, no such process or queue, ping failed); 2 usage or config error (argparse's
+own, a bad config file, a question that cannot be asked without --yes); 3 Redis unreachable. Every error is one line on stderr,
 never a traceback.
 
 Redis, by the daemon's rule (config.choose_redis, one function for both): ``--redis URL``,
@@ -30,26 +31,31 @@ from .. import __version__, config as config_mod
 from ..connection import client_from_url
 from ..errors import ConfigError
 from ..redisopts import mask_url
-from . import cron, ctlcmds, ctljobs, ctlprocs, ctltasks, ctlweb
+from . import cron, ctlcmds, ctljobs, ctllimits, ctloncall, ctlprocs, ctltasks, ctlweb
+from . import ctlout as out
 from .ctlout import INSTALL_HINT, NeedRich, require_rich
 from .deadlimits import DeadLimits
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 #: In the order of --help.
-COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctltasks.COMMANDS, *ctlprocs.COMMANDS,
-            *cron.COMMANDS, *ctlweb.COMMANDS]
+COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctloncall.COMMANDS, *ctltasks.COMMANDS,
+            *ctlprocs.COMMANDS, *cron.COMMANDS, *ctllimits.COMMANDS, *ctlweb.COMMANDS]
 
 DESCRIPTION = """\
 Look after the jobs and processes of queued (and Sidekiq) on one Redis: stats, queues,
-the scheduled/retry/dead sets, tasks, periodic jobs, running processes; retry, delete or kill
-jobs in bulk; pause queues; quiet, stop or dump processes; a health probe."""
+the scheduled/retry/dead sets, what is failing (errors), where a job is (find), tasks,
+periodic jobs, running processes, rate limiters, unique locks; retry, delete or kill jobs in
+bulk; pause queues; quiet, stop or dump processes; a health probe."""
 
 EPILOG = """\
 Redis, by the rule the daemon uses: --redis URL, else $REDIS_URL, else the config file's
 redis_url or :redis: (-C CONFIG, else config/sidekiq.yml if there is one), else
 redis://127.0.0.1:6379/0. The namespace: --namespace, else the file's.
-Options such as --redis and -C may come before or after the command.
+Options such as --redis, -C, --json and --format may come before or after the command.
+
+output: tables on a terminal; off one (a pipe, a file) one line per row, nothing cut, so
+grep and wc -l work; --json or --format tsv for scripts.
 
 exit status: 0 done; 1 what was asked about is unhealthy or absent; 2 usage or config
 error; 3 Redis unreachable.
@@ -57,8 +63,10 @@ error; 3 Redis unreachable.
 examples:
   queuedctl stats
   queuedctl -C config/sidekiq.yml queues --json
+  queuedctl errors dead               # what is failing, the largest groups first
+  queuedctl find 0123456789abcdef01234567
   queuedctl jobs dead --class Billing::InvoiceJob --error Timeout
-  queuedctl retry dead --class Billing::InvoiceJob --all
+  queuedctl retry dead --class Billing::InvoiceJob --all --yes
   queuedctl task 5f0c...e1 --watch    # a task's progress bar, live
   queuedctl ping --queue default      # a Kubernetes probe: silent, exit 0 when healthy
 Each command has its own --help."""
@@ -93,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-V", "--version", action="version",
                         version=f"queuedctl (queued) {__version__}")
     _connection_options(parser)
+    ctlcmds.json_flag(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for spec in COMMANDS:
         sub = commands.add_parser(
@@ -165,6 +174,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             (args.parser if hasattr(args, "parser") else parser).error(
                 f"unrecognized arguments: {' '.join(extra)}")
         args.jids = [*args.jids, *extra]
+    args.format = getattr(args, "format", None) or out.default_format()
+    args.json = args.format == "json"
+    out.use_format(args.format)
     return args
 
 
@@ -174,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     url = None
     try:
         spec.check(args)
-        if spec.tables and not getattr(args, "json", False):
+        if spec.tables and args.format == "table":
             require_rich()
         target = redis_target(args)
         url = target.url
@@ -186,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         args.parser.error(str(e))  # exits 2 with the usage line
     except ctlcmds.Unhealthy as e:
         return _fail(str(e), EXIT_UNHEALTHY)
+    except ctlcmds.NeedYes as e:
+        return _fail(str(e), EXIT_USAGE)
     except NeedRich:
         return _fail(INSTALL_HINT.removeprefix("queuedctl: "), EXIT_USAGE)
     except ConfigError as e:

@@ -17,6 +17,7 @@ from typing import Callable
 
 import redis as redis_lib
 
+from ..suggest import did_you_mean
 from .api import Admin
 from .deadlimits import DeadLimits
 from . import ctlout as out
@@ -28,6 +29,11 @@ class Usage(Exception):
 
 class Unhealthy(Exception):
     """What was asked about is absent or unhealthy: exit 1 with this one line."""
+
+
+class NeedYes(Exception):
+    """A question that cannot be asked (stdin is not a terminal) and no --yes: exit 2 with
+    this one line, nothing done."""
 
 
 @dataclass
@@ -67,9 +73,17 @@ class Context:
 
 
 def json_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON document on stdout instead of tables (times in epoch "
-                        "seconds)")
+    """The output options, ``--json`` and ``--format``, on a command that prints a result
+    (ctl.py puts them before the command too). SUPPRESS: an option not given after the
+    command must not undo one given before it."""
+    group = p.add_argument_group("output")
+    group.add_argument("--json", dest="format", action="store_const", const="json",
+                       default=argparse.SUPPRESS,
+                       help="one JSON document on stdout (times in epoch seconds); the same "
+                            "as --format json")
+    group.add_argument("--format", choices=out.FORMATS, default=argparse.SUPPRESS,
+                       help="table (rich, the default on a terminal), plain (one line per "
+                            "row, nothing cut: the default off a terminal), tsv, json")
 
 
 # --- stats, history ----------------------------------------------------------------------
@@ -77,10 +91,11 @@ def json_flag(p: argparse.ArgumentParser) -> None:
 def run_stats(ctx: Context, args) -> int:
     s = ctx.admin.stats()
     queues = ctx.admin.queue_summaries(ctx.now)
+    c = ctx.admin.counters()
     doc = {"processed": s.processed, "failed": s.failed, "enqueued": s.enqueued,
            "scheduled": s.scheduled_size, "retries": s.retry_size, "dead": s.dead_size,
            "processes": s.processes_size, "busy": s.workers_size,
-           "default_latency": s.default_queue_latency,
+           "default_latency": s.default_queue_latency, **c,
            "queues": {q.name: {"size": q.size, "latency": q.latency, "paused": q.paused}
                       for q in queues},
            "time": ctx.now}
@@ -92,7 +107,12 @@ def run_stats(ctx: Context, args) -> int:
         ("Enqueued", out.count(s.enqueued)), ("Scheduled", out.count(s.scheduled_size)),
         ("Retries", out.count(s.retry_size)), ("Dead", out.count(s.dead_size)),
         ("Processes", out.count(s.processes_size)), ("Busy", out.count(s.workers_size)),
-        ("Default latency", out.duration(s.default_queue_latency))])
+        ("Default latency", out.duration(s.default_queue_latency)),
+        ("Expired", out.count(c["expired"])), ("Over limit", out.count(c["overlimit"])),
+        ("Duplicates dropped", out.count(c["unique_dropped"])),
+        ("Duplicates put off", out.count(c["unique_deferred"]))])
+    if out.lines_only():
+        out.say("")  # (the queues' header follows the numbers)
     _queue_table(queues)
     return 0
 
@@ -139,8 +159,36 @@ def _queue_argument(p: argparse.ArgumentParser) -> None:
     json_flag(p)
 
 
+def _pause_arguments(p: argparse.ArgumentParser) -> None:
+    _queue_argument(p)
+    p.add_argument("--force", action="store_true",
+                   help="pause it even if no live process serves it or it does not exist "
+                        "yet (exit 0)")
+
+
 def run_pause(ctx: Context, args) -> int:
-    return _pause(ctx, args, True)
+    """Pause, but a typo must not look like success (issue 20): a queue that does not exist
+    is not paused (exit 1, with the near names); one no live process serves is paused with a
+    warning and exit 1. --force: paused either way, exit 0."""
+    known = _known_queues(ctx)
+    served = {q for p in ctx.admin.processes() for q in p.queues}
+    if args.queue not in known | served and not args.force:
+        raise Unhealthy(f"no queue named {args.queue}: it holds no jobs and no live process "
+                        f"serves it; nothing paused"
+                        f"{did_you_mean(args.queue, known | served)} (--force pauses it "
+                        f"anyway)")
+    status = _pause(ctx, args, True)
+    if args.queue not in served and not args.force:
+        out.warn(f"no live process serves queue {args.queue} (queuedctl processes lists "
+                 f"what each serves); it is paused for whoever starts serving it")
+        return 1
+    return status
+
+
+def _known_queues(ctx: Context) -> set[str]:
+    """Queues with jobs (or listed in ``queues``) and paused ones."""
+    names = {n.decode() for n in ctx.admin.r.sscan_iter(ctx.admin.keys.queues)}
+    return names | set(ctx.admin.paused())
 
 
 def run_unpause(ctx: Context, args) -> int:
@@ -191,13 +239,19 @@ def yes_flag(p: argparse.ArgumentParser) -> None:
                    help="do not ask (needed when stdin is not a terminal)")
 
 
+def can_ask(args, what: str) -> None:
+    """Refuse now (before counting anything) when a question will be needed and cannot be
+    asked: no --yes, and no terminal to ask on (cron, CI, a pipe), rather than wait for an
+    answer that cannot come."""
+    if not args.yes and not sys.stdin.isatty():
+        raise NeedYes(f"{what} needs --yes when stdin is not a terminal (nothing was done)")
+
+
 def confirmed(args, question: str, what: str) -> None:
-    """Go on only with --yes or a yes typed on the terminal. Without a terminal to ask on
-    (cron, CI, a pipe) it refuses rather than wait for an answer that cannot come."""
+    """Go on only with --yes or a yes typed on the terminal."""
     if args.yes:
         return
-    if not sys.stdin.isatty():
-        raise Usage(f"{what} needs --yes when stdin is not a terminal (nothing was done)")
+    can_ask(args, what)
     if not out.confirm(question):
         raise Unhealthy("not confirmed; nothing was done")
 
@@ -226,16 +280,21 @@ COMMANDS = [
     Command("stats", "processed, failed, enqueued, scheduled, retries, dead, processes, "
             "busy; each queue's size and latency", run_stats, json_flag, tables=True,
             description="The numbers Sidekiq::Stats gives on the same Redis, and every "
-            "queue's size, latency and pause.",
+            "queue's size, latency and pause; and queued's own counts: jobs dropped as "
+            "expired, over-limit reschedules, duplicate unique jobs dropped at their push "
+            "or put off as they started.",
             epilog="examples:\n  queuedctl stats\n  queuedctl stats --json | jq .dead"),
     Command("queues", "every queue: size, latency (the oldest job's wait), paused",
             run_queues, json_flag, tables=True,
             epilog="examples:\n  queuedctl queues\n  queuedctl queues --json"),
     Command("pause", "workers stop taking jobs from QUEUE (its jobs wait)", run_pause,
-            _queue_argument, description="Pause a queue: every queued worker stops "
+            _pause_arguments, description="Pause a queue: every queued worker stops "
             "taking jobs from it within one fetch round; its jobs stay and wait. Kept "
-            "where Sidekiq Pro keeps it (the `paused` set).",
-            epilog="example:\n  queuedctl pause reports && queuedctl queues"),
+            "where Sidekiq Pro keeps it (the `paused` set). A queue that does not exist is "
+            "not paused (exit 1); one no live process serves is paused with a warning "
+            "(exit 1); --force pauses either, exit 0.",
+            epilog="examples:\n  queuedctl pause reports && queuedctl queues\n"
+                   "  queuedctl pause reports --force   # before its workers start"),
     Command("unpause", "workers take jobs from QUEUE again", run_unpause, _queue_argument,
             epilog="example:\n  queuedctl unpause reports"),
     Command("clear", "delete every job of QUEUE (asks first)", run_clear,

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import heapq
 
+from ..suggest import did_you_mean
 from .api import Entry, Filter, JobSet, Queue
 from . import ctlout as out
-from .ctlcmds import Command, Context, Usage, json_flag, positive, yes_flag, confirmed
+from .ctlcmds import (Command, Context, Usage, can_ask, confirmed, json_flag, positive,
+                      yes_flag)
 
 
 SETS = {"scheduled": "scheduled", "schedule": "scheduled", "retry": "retry",
@@ -24,8 +26,10 @@ def _set_name(text: str) -> str:
         return text
     if text in SETS:
         return SETS[text]
+    # A near set name ("deadd"), else the queue it may name ("default": queue:default).
+    hint = did_you_mean(text, SETS) or (f" (did you mean queue:{text}?)" if text else "")
     raise argparse.ArgumentTypeError(
-        f"{text!r} is not a set: give queue:NAME, scheduled, retry or dead")
+        f"{text!r} is not a set: give queue:NAME, scheduled, retry or dead{hint}")
 
 
 def _limit(text: str) -> int:
@@ -60,6 +64,9 @@ def _jobs_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jid", metavar="JID", action="append", help="this job (repeatable)")
     p.add_argument("--limit", type=_limit, default=25, metavar="N",
                    help="show at most N jobs (default 25; 0 for all)")
+    p.add_argument("--backtrace", action="store_true",
+                   help="also each job's backtrace (its last error's error_backtrace): "
+                        "after the listing, or in the JSON")
     json_flag(p)
 
 
@@ -67,15 +74,25 @@ def run_jobs(ctx: Context, args) -> int:
     source = _source(ctx, args.set)
     shown, matched, size = _pick(source, _where(args, args.jid), args.limit)
     if args.json:
-        out.emit_json({"set": args.set, "size": size, "matched": matched,
-                       "jobs": [e.as_dict() for e in shown]})
+        jobs = [e.as_dict() for e in shown]
+        if args.backtrace:
+            for doc, e in zip(jobs, shown):
+                doc["backtrace"] = e.backtrace
+        out.emit_json({"set": args.set, "size": size, "matched": matched, "jobs": jobs})
         return 0
     columns, row = _layout(source, ctx.now)
     caption = f"{out.count(len(shown))} of {out.count(matched)}" + (
         f" matching, {out.count(size)} in {args.set}" if matched != size else f" in {args.set}")
-    if len(shown) < matched:
-        caption += " (--limit N shows more, 0 all)"
-    out.print_table(args.set, columns, (row(i, e) for i, e in enumerate(shown)), caption)
+    more = "--limit N shows more, 0 all" if len(shown) < matched else None
+    out.print_table(args.set, columns, (row(i, e) for i, e in enumerate(shown)), caption,
+                    more=more)
+    if args.backtrace:
+        for e in shown:
+            lines = e.backtrace
+            out.say(f"\nbacktrace of {e.jid} ({e.klass}), innermost first:" if lines else
+                    f"\nno backtrace stored with {e.jid} ({e.klass})")
+            for line in lines:
+                out.say(f"  {line}")
     return 0
 
 
@@ -177,17 +194,33 @@ def _run_action(action: str):
     return run
 
 
+#: What a bulk action asks, with the number of jobs it is about to act on.
+QUESTIONS = {"retry": "retry {n} from {set} (enqueue them now)?",
+             "delete": "delete {n} from {set}?",
+             "kill": "kill {n} from {set} (move them to dead)?"}
+
+
 def _act_on_all(source: JobSet | Queue, action: str, args) -> int:
+    """Every match, once asked (issue 20: filtered ones acted on 300 and 611 jobs without a
+    question): the question says how many match now (a counting pass, skipped with --yes)."""
     where = _where(args)
     size = source.size()
-    if action == "delete" and not where:
-        # No filter: the whole set or queue goes at once, like clear.
-        confirmed(args, f"Delete all {out.count(size)} jobs of {args.set}?",
-                  f"deleting every job of {args.set}")
+    what = f"{action} --all on {args.set}"
+    can_ask(args, what)
+    if not args.yes:
+        n = _matching(source, where, size)
+        if n:
+            confirmed(args, QUESTIONS[action].format(n=out.plural(n, "job"), set=args.set),
+                      what)
     act = {"retry": getattr(source, "retry_all", None),
            "delete": source.delete_all, "kill": getattr(source, "kill_all", None)}[action]
     with out.Bar(f"{action} {args.set}", size) as bar:
         return act(where, progress=bar.callback)
+
+
+def _matching(source: JobSet | Queue, where: Filter, size: int) -> int:
+    """How many jobs the action would take now (about a second for 100,000 filtered)."""
+    return sum(1 for _ in source.scan(where)) if where else size
 
 
 def _act_on_jids(source: JobSet | Queue, action: str, args) -> tuple[int, list[str]]:
@@ -216,21 +249,24 @@ COMMANDS = [
     Command("retry", "enqueue jobs of a set now (on dead: Beanstalkd's kick)",
             _run_action("retry"), _action_arguments, check=_check_action("retry"),
             description="Push jobs of scheduled, retry or dead onto their queues now. "
-            "Filters apply first; --all acts on every match. Each job is moved "
-            "atomically and only if it is still there, so nothing runs twice when a "
-            "worker, the scheduler or another queuedctl acts on the same jobs.",
+            "Filters apply first; --all acts on every match, once asked (how many, on a "
+            "terminal; --yes otherwise). Each job is moved atomically and only if it is "
+            "still there, so nothing runs twice when a worker, the scheduler or another "
+            "queuedctl acts on the same jobs.",
             epilog="examples:\n  queuedctl retry dead 0123456789abcdef01234567\n"
             "  queuedctl retry dead --class Billing::InvoiceJob --error Timeout --all\n"
-            "  queuedctl retry retry --all"),
+            "  queuedctl retry retry --all --yes   # from a script"),
     Command("delete", "delete jobs of a queue or set", _run_action("delete"),
             _action_arguments, check=_check_action("delete"),
-            description="Delete jobs of queue:NAME, scheduled, retry or dead. --all with "
-            "no filter deletes the whole set and asks first (--yes when stdin is not a "
-            "terminal).",
+            description="Delete jobs of queue:NAME, scheduled, retry or dead. --all (every "
+            "match of the filters; with none, the whole set at once) asks first, saying "
+            "how many (--yes when stdin is not a terminal).",
             epilog="examples:\n  queuedctl delete retry 0123456789abcdef01234567\n"
-            "  queuedctl delete dead --arg tenant-7 --all\n"
+            "  queuedctl delete dead --arg tenant-7 --all --yes\n"
             "  queuedctl delete dead --all --yes"),
     Command("kill", "move jobs of scheduled or retry to dead", _run_action("kill"),
             _action_arguments, check=_check_action("kill"),
+            description="Move jobs of scheduled or retry to dead now, as they are. --all "
+            "asks first, saying how many (--yes when stdin is not a terminal).",
             epilog="examples:\n  queuedctl kill retry --class FlakyJob --all"),
 ]

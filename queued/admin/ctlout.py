@@ -1,15 +1,20 @@
-"""How ``queuedctl`` shows things: one JSON document for scripts, ``rich`` tables for people,
-a progress bar on stderr for bulk actions, times people read ("3m ago", "1.2 s").
+"""How ``queuedctl`` shows things, in one of four formats (``--format``): ``table`` (rich tables
+for people, the default on a terminal), ``plain`` (one line per row, nothing wrapped or cut: the
+default off a terminal), ``tsv`` (for scripts that cut columns) and ``json`` (one document);
+a progress bar on stderr for bulk actions; times people read ("3m ago", "1.2 s").
 
 ``rich`` is an optional extra (``queued-jobs[admin]``) so a worker host stays lean: it is imported
-only when a table or a progress bar is drawn, and ``--json``, ``ping`` and the one-line
-commands work without it.
+only when a table or a progress bar is drawn on a terminal; ``plain``, ``tsv``, ``json``,
+``ping`` and the one-line commands work without it.
 """
 from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any, Callable, Iterable, Sequence
+
+from . import ctltext
 
 INSTALL_HINT = "queuedctl: tables need rich: pip install 'queued-jobs[admin]' (or use --json)"
 
@@ -28,6 +33,34 @@ def require_rich():
     return rich
 
 
+# --- the format ---------------------------------------------------------------------------------
+
+#: What ``--format`` takes (``--json`` is ``--format json``).
+FORMATS = ("table", "plain", "tsv", "json")
+
+
+class _Output:
+    """The format of this run, chosen once by ctl.py from the command line and stdout."""
+    format = "table"
+
+
+OUTPUT = _Output()
+
+
+def use_format(name: str) -> None:
+    OUTPUT.format = name
+
+
+def default_format() -> str:
+    """Rich tables for a person at a terminal; one line per row for a pipe or a file."""
+    return "table" if sys.stdout.isatty() else "plain"
+
+
+def lines_only() -> bool:
+    """Off a terminal (plain, tsv): a cell is never cut, a row never wrapped."""
+    return OUTPUT.format in ("plain", "tsv")
+
+
 # --- JSON ---------------------------------------------------------------------------------------
 
 def emit_json(document: Any) -> None:
@@ -35,9 +68,10 @@ def emit_json(document: Any) -> None:
     sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
-def say(text: str) -> None:
-    """A line for people on stdout (what was done)."""
-    sys.stdout.write(text + "\n")
+def say(text: str, stream=None) -> None:
+    """A line for people on stdout (what was done), or on ``stream``."""
+    (stream or sys.stdout).write(text + "\n")
+    (stream or sys.stdout).flush()  # (a line a watching script reads as it comes)
 
 
 def warn(text: str) -> None:
@@ -47,7 +81,7 @@ def warn(text: str) -> None:
 # --- tables -------------------------------------------------------------------------------------
 
 #: Columns of ids: never wrapped (a jid cut in two cannot be copied); others fold instead.
-WHOLE = ("JID", "Identity", "Process")
+WHOLE = ("JID", "ID", "Identity", "Process")
 
 
 def console():
@@ -63,10 +97,23 @@ def _console():
 
 
 def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-                caption: str | None = None, right: Sequence[str] = ()) -> None:
-    """A table on stdout. Off a terminal rich draws it without colour, as wide as $COLUMNS
-    (80 without it); long cells wrap (fold) rather than lose their end, and ids keep their
-    whole width."""
+                caption: str | None = None, right: Sequence[str] = (),
+                more: str | None = None) -> None:
+    """A listing on stdout. ``more`` says rows were left out (--limit): the caption's end in
+    a table; in plain and tsv, where stdout holds the rows only, a line on stderr.
+
+    As a table (``--format table``, a terminal) rich draws it as wide as the terminal (or
+    $COLUMNS); long cells wrap (fold) rather than lose their end, and ids keep their whole
+    width. In plain and tsv every row is one line (ctltext.py), with no title or caption."""
+    if more:
+        caption = f"{caption} ({more})" if caption else more
+    if lines_only():
+        draw = ctltext.tsv_lines if OUTPUT.format == "tsv" else ctltext.plain_lines
+        for line in draw(columns, ([str(cell) for cell in row] for row in rows)):
+            sys.stdout.write(line + "\n")
+        if more:
+            warn(caption)
+        return
     require_rich()
     from rich.table import Table
     from rich.text import Text
@@ -83,7 +130,13 @@ def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequen
 
 
 def print_pairs(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
-    """A title line (longer than the table is wide: a URL), then names and values."""
+    """A title line (longer than the table is wide: a URL), then names and values (off a
+    terminal: a line per name, without the title)."""
+    if lines_only():
+        draw = ctltext.tsv_lines if OUTPUT.format == "tsv" else ctltext.plain_lines
+        for line in list(draw(["Name", "Value"], ([n, str(v)] for n, v in pairs)))[1:]:
+            sys.stdout.write(line + "\n")
+        return
     require_rich()
     from rich.table import Table
     table = Table(show_header=False)
@@ -106,9 +159,10 @@ class Bar:
     stderr is a terminal (and rich is there); otherwise ``callback`` is None and nothing is
     drawn, so a cron job's mail or a CI log gets the final count only."""
 
-    def __init__(self, label: str, total: int):
+    def __init__(self, label: str, total: int, acted: bool = True):
         self.label = label
         self.total = total
+        self.acted = acted  # False: a read (examined only, nothing acted on)
         self._progress = None
         self._task = None
 
@@ -123,7 +177,8 @@ class Bar:
             return self
         self._progress = RichProgress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("examined, {task.fields[done]} acted on"), TimeElapsedColumn(),
+            TextColumn("examined, {task.fields[done]} acted on" if self.acted else
+                       "examined"), TimeElapsedColumn(),
             console=Console(stderr=True), transient=False)
         self._progress.start()
         self._task = self._progress.add_task(self.label, total=max(self.total, 1), done=0)
@@ -159,10 +214,13 @@ def confirm(question: str) -> bool:
 # --- what people read ---------------------------------------------------------------------------
 
 def duration(seconds: float | None) -> str:
-    """1.2 s, 45 s, 3m 20s, 2h 5m, 3d 4h: two units at most, as precise as a person needs."""
+    """1.2 s, 45 s, 3m 20s, 2h 5m, 3d 4h: two units at most, as precise as a person needs
+    (in tsv: seconds, 0.001 s precise)."""
     if seconds is None:
         return "-"
     seconds = max(0.0, seconds)
+    if OUTPUT.format == "tsv":
+        return f"{seconds:.3f}"
     if seconds < 10:
         return f"{seconds:.1f} s"
     if seconds < 60:
@@ -187,17 +245,25 @@ def _short(seconds: float) -> str:
 
 
 def when(epoch: float | None, now: float) -> str:
-    """"3m ago", "in 5m", "now" (within a second), or "-" when unknown."""
+    """"3m ago", "in 5m", "now" (within a second), or "-" when unknown (in tsv: the UTC
+    time, ``2026-11-30T12:00:05Z``)."""
     if epoch is None:
         return "-"
+    if OUTPUT.format == "tsv":
+        return utc(epoch)
     delta = epoch - now
     if abs(delta) < 1:
         return "now"
     return f"in {_short(delta)}" if delta > 0 else f"{_short(delta)} ago"
 
 
+def utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
 def count(n: int) -> str:
-    return f"{n:,}"
+    """2,000 (in tsv: 2000)."""
+    return str(n) if OUTPUT.format == "tsv" else f"{n:,}"
 
 
 def plural(n: int, noun: str) -> str:
@@ -208,12 +274,19 @@ def plural(n: int, noun: str) -> str:
 
 
 def megabytes(kb: int | None) -> str:
-    return "-" if kb is None else f"{kb / 1024:.0f} MB"
+    if kb is None:
+        return "-"
+    return f"{kb / 1024:.0f}" + ("" if OUTPUT.format == "tsv" else " MB")
 
 
 def cut(text: str, width: int) -> str:
-    """``text`` on one line, cut to ``width`` characters with an ellipsis."""
-    text = " ".join(text.split())
+    """``text`` on one line, cut to ``width`` characters with an ellipsis in a table; never
+    cut off a terminal (plain, tsv), where the row is one line however long."""
+    if OUTPUT.format == "tsv":
+        return text  # (escaped by ctltext.tsv_cell: nothing lost)
+    text = ctltext.one_line(text)
+    if lines_only():
+        return text
     return text if len(text) <= width else text[:width - 1] + "…"
 
 

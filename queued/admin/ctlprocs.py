@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 
 from .. import __version__
 from .api import Process
@@ -42,12 +43,30 @@ def run_processes(ctx: Context, args) -> int:
     busy = sum(p.busy for p in procs)
     threads = sum(p.concurrency for p in procs)
     out.print_table(
-        "Processes", ["Identity", "Tag", "Started", "Queues", "Busy", "State", "Beat", "RSS"],
+        "Processes", ["Identity", "Tag", "Started", "Queues", "Busy", "Reserved", "State",
+                      "Beat", "RSS"],
         [(p.identity, p.tag, out.when(p.started_at, now), ", ".join(dict.fromkeys(p.queues)),
-          f"{p.busy}/{p.concurrency}", _state(p, now), out.when(p.beat, now),
+          f"{p.busy}/{p.concurrency}", str(p.reserved), _state(p, now), out.when(p.beat, now),
           out.megabytes(p.rss_kb)) for p in procs],
-        caption=f"{out.plural(len(procs), 'process')}, {busy} of {threads} busy", right=("Busy", "RSS"))
+        caption=f"{out.plural(len(procs), 'process')}, {busy} of {threads} busy",
+        right=("Busy", "Reserved", "RSS"))
+    # Hangs a process reports (heartbeat.hangs), under the table; off a terminal on stderr,
+    # so stdout stays one line per process
+    stream = sys.stderr if out.lines_only() else None
+    for p in procs:
+        for hang in p.hangs:
+            out.say(f"{p.identity}: {describe_hang(hang)}", stream)
     return 0
+
+
+def describe_hang(hang: dict) -> str:
+    """One line for a hang a process reported (heartbeat.hangs)."""
+    if "loop_lag" in hang:
+        return (f"worker {hang.get('worker')} pid {hang.get('pid')}: its event loop has not run "
+                f"for {hang.get('loop_lag')}s" + (f", stuck in job {hang['jid']}"
+                                                    if hang.get("jid") else ""))
+    return (f"worker {hang.get('worker')} pid {hang.get('pid')} thread {hang.get('thread')}: "
+            f"{hang.get('class')} jid={hang.get('jid')} is {hang.get('over')}s past its timeout")
 
 
 def run_running(ctx: Context, args) -> int:
@@ -55,11 +74,14 @@ def run_running(ctx: Context, args) -> int:
     if args.json:
         out.emit_json([r.as_dict() for r in running])
         return 0
+    # (PID and Worker as the job's log lines say them: pid=4242 tid=w3)
     out.print_table(
-        "Running jobs", ["Process", "JID", "Queue", "Class", "Args", "Started"],
-        [(r.identity, r.entry.jid, r.queue, r.entry.klass, out.compact(r.entry.args, 50),
-          out.when(r.run_at, ctx.now)) for r in running],
-        caption=f"{out.plural(len(running), 'job')} running")
+        "Running jobs", ["Process", "PID", "Worker", "JID", "Queue", "Class", "Args",
+                         "Started"],
+        [(r.identity, "-" if r.pid is None else r.pid, r.worker, r.entry.jid, r.queue,
+          r.entry.klass, out.compact(r.entry.args, 50), out.when(r.run_at, ctx.now))
+         for r in running],
+        caption=f"{out.plural(len(running), 'job')} running", right=("PID",))
     return 0
 
 

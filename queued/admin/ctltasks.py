@@ -1,6 +1,7 @@
 """``queuedctl``'s task commands (seed 000): ``tasks`` lists the newest, ``task ID`` shows one
 (its progress bar, counts per status, its failures with their errors and messages; ``--watch``
-redraws it until the task completes), ``new-task`` makes an open task for a producer in another
+follows it until it completes: live on a terminal, progress lines with pace, ETA and the next
+retry off one), ``new-task`` makes an open task for a producer in another
 language, and ``task ID --seal`` says its jobs are all in.
 
 Everything is read through queued.Task, the same reads a Python producer makes (progress is
@@ -9,17 +10,21 @@ O(1): one pipeline of SCARDs); nothing here writes to a task but ``new-task`` an
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from .. import client as client_mod
 from ..task import Task, recent, state_word as state
 from . import ctlout as out
+from .tasksummary import Pace, next_retry, summary
 from .ctlcmds import Command, Context, Unhealthy, json_flag, positive
 
-#: Seconds between two redraws of ``task --watch``.
+#: Seconds between two reads of a watched task (its progress is O(1): a pipeline of SCARDs).
 WATCH_EVERY = 0.5
-#: States shown in the counts, in the order of a job's life.
-SHOWN = ("enqueued", "working", "finished", "failed", "error")
+#: Seconds between two progress lines of ``task --watch`` off a terminal (``--every``).
+LINE_EVERY = 5.0
+#: The counts shown, in the order of a job's life (tasksummary.py: they add up to the total).
+SHOWN = ("enqueued", "working", "finished", "failed", "retrying", "error")
 
 
 def _client(ctx: Context) -> client_mod.Client:
@@ -31,11 +36,6 @@ def _find(ctx: Context, task_id: str) -> Task:
     if task is None:
         raise Unhealthy(f"no task {task_id} on {ctx.where} (never made, or expired)")
     return task
-
-
-def final(progress: dict) -> int:
-    """Jobs in a final state: finished, failed, and the errors not waiting for a retry."""
-    return progress["finished"] + progress["failed"] + progress["error"] - progress["retrying"]
 
 
 def failures(task: Task, limit: int) -> list[dict]:
@@ -50,8 +50,11 @@ def failures(task: Task, limit: int) -> list[dict]:
 
 
 def document(task: Task, limit: int) -> dict:
+    """``task --json``: Task.info(), its state, Task.progress() (queued.Task's own counts,
+    ``error`` counting the retrying ones), the summary every tool shows, its failures."""
     info, progress = task.info(), task.progress()
     return {**info, "state": state(info, progress), "progress": progress,
+            "summary": summary(task, info, progress),
             "failures": failures(task, limit) if limit else []}
 
 
@@ -77,26 +80,84 @@ def run_task(ctx: Context, args) -> int:
     return 1 if args.watch and not doc["progress"]["success"] else 0
 
 
+class _Watch:
+    """What a watch knows between two reads: the pace, the next retry (looked up at most
+    every ``every`` seconds, and only while errors wait for one), the last line's time and
+    state."""
+
+    def __init__(self, task: Task, every: float):
+        self.task, self.every = task, every
+        self.pace = Pace()
+        self.retry_at: float | None = None
+        self.retry_read = self.line_at = float("-inf")
+        self.state: str | None = None
+
+    def read(self) -> dict:
+        doc = document(self.task, 0)
+        s, now = doc["summary"], time.monotonic()
+        self.pace.add(s["final"], now)
+        if not s["retrying"]:
+            self.retry_at = None
+        elif now - self.retry_read >= self.every:
+            self.retry_at, self.retry_read = next_retry(self.task), now
+        return doc
+
+    def line_due(self, s: dict) -> bool:
+        """A progress line every ``every`` seconds, at each change of state, and at the end."""
+        now = time.monotonic()
+        if s["state"] != self.state or now - self.line_at >= self.every or s["complete"]:
+            self.state, self.line_at = s["state"], now
+            return True
+        return False
+
+    def pace_text(self, s: dict, now: float) -> str:
+        rate = self.pace.rate()
+        eta = self.pace.eta(s["total"] - s["final"])
+        if eta is not None and self.retry_at is not None:
+            eta = max(eta, self.retry_at - now)  # (not done before that retry has run)
+        text = "rate -" if rate is None else f"{rate:.1f} jobs/s"
+        if not s["complete"]:
+            text += f", ETA {out.duration(eta) if eta is not None else '-'}"
+        if self.retry_at is not None:
+            text += f"; next retry {out.when(self.retry_at, now)} ({out.utc(self.retry_at)})"
+        return text
+
+
+def progress_line(s: dict, pace: str, now: float) -> str:
+    """One line of ``task --watch`` off a terminal (for a deploy script's log)."""
+    counts = ", ".join(f"{s[name]:,} {name}" for name in SHOWN)
+    return (f"{time.strftime('%H:%M:%SZ', time.gmtime(now))} {s['state']}: "
+            f"{s['final']:,}/{s['total']:,} final ({s['percent']} %): {counts}; {pace}")
+
+
 def _watch(task: Task, args) -> dict:
-    """Redraw until the task completes (a live bar on a terminal; otherwise nothing until
-    the end); the last document."""
+    """Until the task completes: a live view on a terminal; off one, a progress line every
+    --every seconds and at each change of state (on stderr with --json, whose stdout is the
+    one document); the last document."""
+    watch = _Watch(task, args.every)
     live = None
-    if not args.json:
+    if out.OUTPUT.format == "table":
         out.require_rich()
         from rich.live import Live
         live = Live(console=out.console(), auto_refresh=False, transient=False)
         live.start()
+    say = out.say if not args.json else (lambda text: out.say(text, stream=sys.stderr))
     try:
         while True:
-            doc = document(task, 0)
+            doc = watch.read()
+            s, now = doc["summary"], time.time()
             if live is not None:
-                live.update(_render(doc, time.time(), []), refresh=True)
-            if doc["progress"]["complete"]:
+                live.update(_render(doc, now, [], watch.pace_text(s, now)), refresh=True)
+            elif watch.line_due(s):
+                say(progress_line(s, watch.pace_text(s, now), now))
+            if s["complete"]:
                 break
             time.sleep(WATCH_EVERY)
         doc = document(task, args.failures)
         if live is not None:
             live.update(_render(doc, time.time(), doc["failures"]), refresh=True)
+        elif not args.json:
+            _show(doc, time.time())
         return doc
     finally:
         if live is not None:
@@ -104,60 +165,82 @@ def _watch(task: Task, args) -> dict:
 
 
 def _show(doc: dict, now: float) -> None:
-    out.console().print(_render(doc, now, doc["failures"]))
+    if not out.lines_only():
+        out.console().print(_render(doc, now, doc["failures"]))
+        return
+    s = doc["summary"]
+    out.print_pairs(f"task {doc['id']}", [
+        ("task", doc["id"]), ("description", doc["description"] or "-"),
+        ("state", s["state"]),
+        ("progress", f"{out.count(s['final'])}/{out.count(s['total'])} final "
+                     f"({s['percent']} %)"),
+        *((name, out.count(s[name])) for name in SHOWN),
+        ("made", out.when(doc["created_at"], now)),
+        ("completed", out.when(doc["completed_at"], now))])
+    if doc["failures"]:
+        out.say("")
+        _failure_table(doc["failures"], s["failed"] + s["error"] + s["retrying"])
 
 
-def _render(doc: dict, now: float, shown: list[dict]):
+def _render(doc: dict, now: float, shown: list[dict], pace: str = ""):
     """The task as one rich renderable: title, bar, counts, failures."""
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
     from rich.text import Text
-    p = doc["progress"]
-    total = max(p["total"], doc["expected"] or 0)
-    done = final(p)
+    s = doc["summary"]
     title = Text(f"task {doc['id']}  {doc['description']}".rstrip())
     line = Table.grid(padding=(0, 1))
-    line.add_row(ProgressBar(total=max(total, 1), completed=done, width=30),
-                 Text(f"{done:,}/{total:,} final  {_percent(done, total)}  {doc['state']}"
+    line.add_row(ProgressBar(total=max(s["total"], 1), completed=s["final"], width=30),
+                 Text(f"{s['final']:,}/{s['total']:,} final  {s['percent']} %  {s['state']}"
                       f"  (made {out.when(doc['created_at'], now)})"))
     counts = Table(show_header=True, title=None)
     for name in SHOWN:
         counts.add_column(name.capitalize(), justify="right")
-    counts.add_column("Retrying", justify="right")
-    counts.add_row(*(out.count(p[name]) for name in SHOWN), out.count(p["retrying"]))
+    counts.add_row(*(out.count(s[name]) for name in SHOWN))
     parts = [title, line, counts]
+    if pace:
+        parts.append(Text(pace))
     if shown:
-        parts.append(_failure_table(shown, p["failed"] + p["error"]))
+        parts.append(_failure_table(shown, s["failed"] + s["error"] + s["retrying"],
+                                    renderable=True))
     return Group(*parts)
 
 
-def _percent(done: int, total: int) -> str:
-    return f"{100 * done / total:.0f} %" if total else "-"
-
-
-def _failure_table(records: list[dict], of: int):
-    from rich.table import Table
-    from rich.text import Text
-    table = Table(title=f"Failures ({len(records):,} of {of:,})", title_justify="left")
-    for name in ("JID", "Class", "Status", "Error", "Last message"):
-        table.add_column(name, overflow="fold", no_wrap=name == "JID")
+def _failure_table(records: list[dict], of: int, renderable: bool = False):
+    """The failures: a rich table to place in a view (``renderable``), else printed."""
+    rows = []
     for r in records:
         error = r["error"] or {}
         status = "error (retrying)" if r["retrying"] else r["status"]
         last = r["messages"][-1]["text"] if r["messages"] else ""
-        table.add_row(*(Text(str(cell)) for cell in (
-            r["jid"], r["class"] or "-", status,
-            out.cut(f"{error.get('class', '')}: {error.get('message', '')}", 80),
-            out.cut(last, 60))))
+        rows.append((r["jid"], r["class"] or "-", status,
+                     out.cut(f"{error.get('class', '')}: {error.get('message', '')}", 80),
+                     out.cut(last, 60)))
+    columns = ["JID", "Class", "Status", "Error", "Last message"]
+    title = f"Failures ({len(records):,} of {of:,})"
+    if not renderable:
+        out.print_table(title, columns, rows)
+        return None
+    from rich.table import Table
+    from rich.text import Text
+    table = Table(title=title, title_justify="left")
+    for name in columns:
+        table.add_column(name, overflow="fold", no_wrap=name == "JID")
+    for row in rows:
+        table.add_row(*(Text(str(cell)) for cell in row))
     return table
 
 
 def _task_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("task_id", metavar="ID", help="the task's id (queued.Task(...).id)")
     p.add_argument("--watch", action="store_true",
-                   help="redraw until the task completes; exit 0 if every job finished, "
-                        "1 if some failed or died")
+                   help="follow it until it completes (a live view on a terminal, else a "
+                        "progress line every --every seconds and at each change of state); "
+                        "exit 0 if every job finished, 1 if some failed or died")
+    p.add_argument("--every", type=_seconds, default=LINE_EVERY, metavar="SECONDS",
+                   help=f"--watch off a terminal: seconds between two progress lines "
+                        f"(default {LINE_EVERY:g})")
     p.add_argument("--failures", type=int, default=10, metavar="N",
                    help="show up to N failed jobs and errors (default 10; 0: none)")
     p.add_argument("--seal", action="store_true",
@@ -168,26 +251,38 @@ def _task_arguments(p: argparse.ArgumentParser) -> None:
     json_flag(p)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
 # --- tasks --------------------------------------------------------------------------------------
 
 def run_tasks(ctx: Context, args) -> int:
     rows = []
     for task in recent(_client(ctx), args.limit):
         info, progress = task.info(), task.progress()
-        rows.append({**info, "state": state(info, progress), "progress": progress})
+        rows.append({**info, "state": state(info, progress), "progress": progress,
+                     "summary": summary(task, info, progress)})
     if args.json:
         out.emit_json(rows)
         return 0
     out.print_table(
         "Tasks, newest first",
-        ["ID", "Description", "Made", "Total", "Finished", "Failed", "Error", "Done", "State"],
+        ["ID", "Description", "Made", "Total", "Finished", "Failed", "Retrying", "Error",
+         "Done", "State"],
         [(t["id"], out.cut(t["description"], 40), out.when(t["created_at"], ctx.now),
-          out.count(t["progress"]["total"]), out.count(t["progress"]["finished"]),
-          out.count(t["progress"]["failed"]), out.count(t["progress"]["error"]),
-          _percent(final(t["progress"]), t["progress"]["total"]), t["state"])
+          *(out.count(t["summary"][n]) for n in ("total", "finished", "failed", "retrying",
+                                                   "error")),
+          f"{t['summary']['percent']} %", t["state"])
          for t in rows],
         caption=out.plural(len(rows), "task"),
-        right=("Total", "Finished", "Failed", "Error", "Done"))
+        right=("Total", "Finished", "Failed", "Retrying", "Error", "Done"))
     return 0
 
 

@@ -1,9 +1,12 @@
 """The master's worker processes: fork, reap, respawn with backoff, and the kills.
 
-Owns the record of each live worker (pid -> slot) and which slots are free; classifies how a
-worker ended (a plain exit between jobs, a crash, a kill the master decided) and which job it
-was running; kills the workers whose job ran past its timeout + grace (after asking them for
-their stack), the idle ones gone silent, and everyone left at the shutdown deadline.
+Owns the record of each live worker (pid -> slot, and its queue group: groups.py) and which
+slots are free; classifies how a worker ended (a plain exit between jobs, a crash, a kill the
+master decided) and which jobs it was running (one, or one per busy lane of a worker of many
+jobs at once); kills the workers with a job past its timeout + grace (after asking them for
+their stack; the jobs past it are the culprits, the others running bystanders, and a job the
+worker's event loop is stuck in is the culprit of the async jobs that waited on it), the idle
+ones gone silent, and everyone left at the shutdown deadline.
 
 A master has one slot more than it has workers (slots.slot_count): a worker being replaced (a
 rolling restart, rolling.py) is marked ``leaving``, which makes room for its successor in the
@@ -51,9 +54,11 @@ KILLED_BY_MASTER = {
 
 
 class WorkerRecord:
-    def __init__(self, slot: int, pid: int, processed: int = 0, generation: int = 0):
+    def __init__(self, slot: int, pid: int, processed: int = 0, generation: int = 0,
+                 group: int = 0):
         self.slot = slot
         self.pid = pid
+        self.group = group                    # its index in config.worker_groups
         self.spawned = time.monotonic()
         self.processed_at_spawn = processed  # the slot's job count when this worker began
         self.generation = generation          # of the job code it was forked with (rolling.py)
@@ -61,15 +66,17 @@ class WorkerRecord:
         self.stop_by: float | None = None     # asked to stop (TERM); killed if still here then
         self.kill_reason: str | None = None   # "timeout", "shutdown", "silent", "replaced"
         self.kill_at: float | None = None     # when the SIGKILL goes (after its stack dump)
-        self.timeout_info: tuple[float, str] | None = None
+        #: jid -> time limit of each job whose timeout made the master kill it
+        self.culprits: dict[str, float] | None = None
 
 
 class Exit(NamedTuple):
     slot: int
-    code: int        # os.waitstatus_to_exitcode
-    reason: str      # "exit", "crash", or the master's kill reason
-    running: str     # jid of the job it ran ("" between jobs), as the slot table stores it
-    seconds: float   # the job's timeout, for a timeout kill
+    code: int            # os.waitstatus_to_exitcode
+    reason: str          # "exit", "crash", or the master's kill reason
+    running: tuple       # jids of the jobs it ran (none between jobs), as the table stores them
+    culprits: dict       # for a timeout kill: jid -> time limit of the jobs past it
+    lanes: bool = False  # a worker of many jobs at once (its culprits ignored a JobTimeout)
 
     def describe(self) -> str:
         return KILLED_BY_MASTER.get(self.reason) or recovery.describe_status(self.code)
@@ -77,17 +84,18 @@ class Exit(NamedTuple):
 
 class Children:
     def __init__(self, config, table: SlotTable, watch: Watch,
-                 make_worker: Callable[[int], Worker], in_child: Callable[[], None],
+                 make_worker: Callable[[int, int], Worker], in_child: Callable[[], None],
                  block_signals: tuple):
         self.config = config
         self.table = table
         self.watch = watch
-        self.make_worker = make_worker  # slot -> Worker, built before each fork
+        self.make_worker = make_worker  # (slot, group) -> Worker, built before each fork
         self.in_child = in_child        # closes the master's plumbing in a forked child
         self.block_signals = block_signals
         self.workers: dict[int, WorkerRecord] = {}       # pid -> record
-        slots = slot_count(config.concurrency)
+        slots = slot_count(config.process_count)
         self.free: set[int] = set(range(slots))
+        self.slot_group: dict[int, int] = {}  # the group of the worker a slot had last
         self.boot_failures = [0] * slots
         self.next_spawn = [0.0] * slots
         self.generation = 0  # of the job code the master has loaded (rolling.py counts them)
@@ -102,25 +110,32 @@ class Children:
 
     # --- fork --------------------------------------------------------------------------------
     def spawn(self, busy_slots) -> None:
-        """Fork workers until ``concurrency`` of them (not counting a leaving one) serve. A
-        free slot whose worker is due back (in backoff after a boot failure, or holding jobs
-        that were not put back yet: ``busy_slots``) keeps its turn, so the spare slot is no
-        way round the backoff; of the others, one that failed at boot goes first (its backoff
-        keeps growing), then the lowest."""
+        """Fork workers until each group (config.worker_groups) has its ``concurrency`` of
+        them serving (not counting a leaving one). A free slot whose worker is due back (in
+        backoff after a boot failure, or holding jobs that were not put back yet:
+        ``busy_slots``) keeps its turn in its group, so the spare slot is no way round the
+        backoff; of the others, one the group had before goes first, then one that failed at
+        boot (its backoff keeps growing), then the lowest."""
         now = time.monotonic()
-        need = self.config.concurrency - sum(1 for r in self.workers.values() if not r.leaving)
         waiting = {s for s in self.free if s in busy_slots or now < self.next_spawn[s]}
         ready = sorted(self.free - waiting, key=lambda s: (-self.boot_failures[s], s))
-        for slot in ready[:max(0, need - len(waiting))]:
-            self.fork(slot)
+        for g, group in enumerate(self.config.worker_groups):
+            serving = sum(1 for r in self.workers.values() if not r.leaving and r.group == g)
+            held = sum(1 for s in waiting if self.slot_group.get(s, 0) == g)
+            for _ in range(group.concurrency - serving - held):
+                if not ready:
+                    return
+                slot = next((s for s in ready if self.slot_group.get(s) == g), ready[0])
+                ready.remove(slot)
+                self.fork(slot, g)
 
-    def fork(self, slot: int) -> None:
-        worker = self.make_worker(slot)
+    def fork(self, slot: int, group: int = 0) -> None:
+        worker = self.make_worker(slot, group)
         # The record is made ready before the fork and left to the child after it: a reset
         # here after fork() overwrote the record of a child that had already begun a job,
         # hiding it from the timeout kill, the heartbeat and the crash count.
         self.table.reset(slot)
-        processed = self.table.read(slot, writer_alive=False).processed
+        processed = self.table.processed(slot)
         self.watch.clear(slot)  # its previous worker may have died while blocked
         events.fire("before_fork")  # e.g. queued.django closes the master's DB connections
         old = signal.pthread_sigmask(signal.SIG_BLOCK, self.block_signals)
@@ -131,16 +146,25 @@ class Children:
                 worker.run()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        self.workers[pid] = WorkerRecord(slot, pid, processed, self.generation)
+        self.workers[pid] = WorkerRecord(slot, pid, processed, self.generation, group)
+        self.slot_group[slot] = group
         self.free.discard(slot)
 
     def up(self) -> bool:
-        """``concurrency`` workers that are not leaving, each started: it has written its own
-        pid into its record (the first thing it does after its setup). systemd's READY=1
-        waits for this, and so does a rolling restart before it stops a leaving worker."""
+        """Each group's ``concurrency`` workers that are not leaving, each started: it has
+        written its own pid into its record (the first thing it does after its setup).
+        systemd's READY=1 waits for this, and so does a rolling restart before it stops a
+        leaving worker."""
         serving = [rec for rec in self.workers.values() if not rec.leaving]
-        return len(serving) >= self.config.concurrency and all(
+        return all(sum(1 for rec in serving if rec.group == g) >= group.concurrency
+                   for g, group in enumerate(self.config.worker_groups)) and all(
             self.table.read(rec.slot).pid == rec.pid for rec in serving)
+
+    def serves(self, slot: int, queue: str) -> bool:
+        """Whether the worker in ``slot`` takes jobs from ``queue`` (its group's queues)."""
+        groups = self.config.worker_groups
+        g = self.slot_group.get(slot)
+        return g is not None and g < len(groups) and queue in groups[g].queue_names
 
     def retire(self, rec: WorkerRecord, stop_by: float) -> None:
         """Ask a leaving worker to stop: it finishes the job in hand and exits (TERM); at
@@ -173,8 +197,9 @@ class Children:
         # A worker that died in a job (busy, or after finishing some) did boot: its crash is
         # the job's (counted and bounded by max_crashes), not a reason to back off. Backing
         # off here let a few poison pills stall a slot for up to SPAWN_BACKOFF_MAX.
-        v = self.table.read(rec.slot, writer_alive=False)
-        ran_jobs = v.busy or v.processed > rec.processed_at_spawn
+        views = self.table.slot_views(rec.slot, writer_alive=False)
+        busy = tuple(v.jid for v in views if v.busy)
+        ran_jobs = bool(busy) or sum(v.processed for v in views) > rec.processed_at_spawn
         if code == WORKER_BOOT_ERROR or (code != 0 and lived < BOOT_GRACE and not rec.kill_reason
                                          and not ran_jobs):
             self._back_off(rec, lived, code)
@@ -184,12 +209,11 @@ class Children:
         # while its slot says busy left in the middle of a job (os._exit(0) in job code, a
         # SystemExit escaping): a crash, whatever the status, so it counts toward the poison
         # pill limit (an exit 0 used to requeue the job for ever: 465 runs in 4 s).
-        reason = rec.kill_reason or ("crash" if code != 0 or v.busy else "exit")
-        # The job it ran is the one the slot table names (or the one the master killed for
-        # its timeout), not simply the earliest reservation: a batch's finished jobs stay
-        # reserved until their ack goes out. A worker that died between jobs ran none.
-        seconds, running = rec.timeout_info or (0.0, v.jid if v.busy else "")
-        return Exit(rec.slot, code, reason, running, seconds)
+        reason = rec.kill_reason or ("crash" if code != 0 or busy else "exit")
+        # The jobs it ran are the ones the slot table names (and those the master killed it
+        # for, past their timeout), not simply the earliest reservations: a batch's finished
+        # jobs stay reserved until their ack goes out. A worker between jobs ran none.
+        return Exit(rec.slot, code, reason, busy, rec.culprits or {}, len(views) > 1)
 
     def _back_off(self, rec: WorkerRecord, lived: float, code: int) -> None:
         self.boot_failures[rec.slot] += 1
@@ -223,33 +247,53 @@ class Children:
                 continue
             if rec.kill_reason:
                 continue
-            v = self.table.read(rec.slot)
+            views = self.table.slot_views(rec.slot)
+            v = views[0]
+            late = [j for j in views if j.busy and j.timeout
+                    and now - j.started > j.timeout + self.config.timeout_grace]
             if hard_stop:
                 rec.kill_reason = "shutdown"
-            elif v.busy and v.timeout and now - v.started > v.timeout + self.config.timeout_grace:
-                self._past_timeout(rec, v, now)
+            elif late:
+                self._past_timeout(rec, late, views, now)
                 continue
-            elif not v.busy and now - v.tick > self.silent_limit and \
+            elif not any(j.busy for j in views) and now - v.tick > self.silent_limit and \
                     now - rec.spawned > self.silent_limit:
                 rec.kill_reason = "silent"
                 log.error("worker %d pid=%d silent for %.0fs; killing it", rec.slot, rec.pid,
                           now - v.tick)
             elif rec.stop_by is not None and now >= rec.stop_by:
                 rec.kill_reason = "replaced"
-                log.warning("worker %d pid=%d is still running %s jid=%s %gs after the rolling "
-                            "restart asked it to stop; killing it (the job goes back to its "
-                            "queue)", rec.slot, rec.pid, v.job_class or "nothing", v.jid or "-",
+                running = [j for j in views if j.busy]
+                log.warning("worker %d pid=%d is still running %s %gs after the rolling "
+                            "restart asked it to stop; killing it (its jobs go back to their "
+                            "queues)", rec.slot, rec.pid, _named(running) or "nothing",
                             self.config.shutdown_timeout)
             else:
                 continue
             self.kill(rec.pid, signal.SIGKILL)
 
-    def _past_timeout(self, rec: WorkerRecord, v, now: float) -> None:
-        rec.kill_reason, rec.timeout_info = "timeout", (v.timeout, v.jid)
+    def _past_timeout(self, rec: WorkerRecord, late: list, views: list, now: float) -> None:
+        """Jobs ran past their timeout + grace: kill their process. Each of them is charged
+        with its timeout (recovery.settle); but if the process's event loop is stuck in one
+        job (its record names it: watchdog.py), the async jobs past their limit waited on
+        that one, which alone is charged. The others running are bystanders: they go back."""
+        blocker = views[0].jid if len(views) > 1 and not views[0].busy else ""
+        stuck = [j for j in views[1:] if j.busy and j.jid == blocker] if blocker else []
+        if stuck:
+            late = stuck
+        rec.kill_reason = "timeout"
+        rec.culprits = {j.jid: j.timeout for j in late}
         rec.kill_at = now + STACK_WAIT
-        log.error("worker %d pid=%d: %s jid=%s ran %.1fs, past its %gs timeout + %gs grace; "
-                  "asking it for its stack, then killing it", rec.slot, rec.pid, v.job_class,
-                  v.jid, now - v.started, v.timeout, self.config.timeout_grace)
+        others = [j for j in views if j.busy and j.jid not in rec.culprits]
+        for j in late:
+            log.error("worker %d pid=%d: %s jid=%s ran %.1fs, past its %gs timeout + %gs "
+                      "grace; asking it for its stack, then killing it", rec.slot, rec.pid,
+                      j.job_class, j.jid, now - j.started, j.timeout,
+                      self.config.timeout_grace)
+        if others:
+            log.warning("worker %d pid=%d: its %d other running job(s) go back to their "
+                        "queues, no retry spent: %s", rec.slot, rec.pid, len(others),
+                        _named(others))
         self.kill(rec.pid, signal.SIGTTIN)
 
     def next_kill_in(self, now: float) -> float | None:
@@ -259,3 +303,7 @@ class Children:
                  for rec in self.workers.values() if rec.kill_at is not None
                  or (rec.stop_by is not None and not rec.kill_reason)]
         return max(0.0, min(times) - now) if times else None
+
+
+def _named(views: list) -> str:
+    return ", ".join(f"{v.job_class} jid={v.jid}" for v in views)

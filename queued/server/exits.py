@@ -67,8 +67,8 @@ class Exits:
             self._end_blocked_fetch(slot)
             moved, failed, held = recovery.settle(
                 self.r, self.keys, self.identity, self.config, slot, code=ended.code,
-                reason=ended.reason, running_jid=ended.running, timeout=ended.seconds,
-                app=self.app)
+                reason=ended.reason, running=ended.running, culprits=ended.culprits,
+                ignored="its JobTimeout" if ended.lanes else "SIGALRM", app=self.app)
         except recovery.Stuck as e:
             if self.notes.due(("stuck", slot), KEY_LOG_INTERVAL):
                 log.error("%s", e)
@@ -77,20 +77,25 @@ class Exits:
             self.redis_error("recover a worker's jobs", e)
             return
         if failed:
-            # The dead worker never counted this job; count it for the stats (the slot is free)
-            v = self.table.read(slot, writer_alive=False)
-            self.count_failure(v.job_class, v.queue)
-            SlotWriter(self.table, slot, 0).end(failed=True)
-        if held is not None:
-            self.held.append(held)
+            # The dead worker never counted these jobs; count them for the stats (the slot
+            # is free): in the records that name them
+            for v in self.table.slot_views(slot, writer_alive=False):
+                if v.busy and failed and (v.jid in ended.culprits or len(ended.running) == 1):
+                    failed -= 1
+                    self.count_failure(v.job_class, v.queue)
+                    SlotWriter(self.table, slot, 0, v.record).end(failed=True)
+        if held:
+            self.held.extend(held)
             self.notes.due("held", KEY_LOG_INTERVAL)  # (settle logged it just now)
         self.unrecovered.pop(slot, None)
         if ended.reason != "exit" or moved:
+            back = [j for j in ended.running if j not in ended.culprits]
             log.log(logging.INFO if ended.reason in ("exit", "shutdown", "replaced")
                     else logging.WARNING,
-                    "worker %d %s (%s); %d job(s) put back at the head of their queues", slot,
+                    "worker %d %s (%s); %d job(s) put back at the head of their queues%s", slot,
                     "died" if ended.reason == "crash" else "exited" if ended.reason == "exit"
-                    else "stopped", ended.describe(), moved)
+                    else "stopped", ended.describe(), moved,
+                    f" (running: {', '.join(back)})" if back and len(ended.running) > 1 else "")
 
     def _end_blocked_fetch(self, slot: int) -> None:
         """Close the connection of a worker that died blocked in BLMOVE (module header), if

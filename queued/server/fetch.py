@@ -180,6 +180,8 @@ class Fetcher:
         self._sent: _Sent | None = None  # a reserve call sent whose reply is still unread
         self._taken: list[Reservation] = []  # read from that reply, not claimed yet
         self._finished: list[bytes] = []  # payloads run whose reservation reply was lost
+        #: A reserve call without adoption lost its reply (see reserve).
+        self.lost_reply = False
 
     # --- the dedicated connection ---------------------------------------------------------
     def _connection(self):
@@ -366,6 +368,11 @@ class Fetcher:
             found = []
         return ", ".join(found) or "a callback's queue key"
 
+    def run_script(self, script, keys: list, args: list):
+        """One script call on the worker's connection, its reply awaited (issue 21's guards:
+        a unique job's lock at its start, an over-limit job's wake time)."""
+        return self._script(script, keys, args)
+
     def _script(self, script, keys, args, with_acks: bool = True):
         try:
             return self._call(*script.command(keys, args), with_acks=with_acks)
@@ -373,18 +380,24 @@ class Fetcher:
             return self._call(*script.eval_command(keys, args), with_acks=with_acks)
 
     # --- operations -------------------------------------------------------------------------
-    def reserve(self, n: int, landing_queue: str | None = None) -> list[Reservation]:
+    def reserve(self, n: int, landing_queue: str | None = None,
+                adopt: bool = True) -> list[Reservation]:
         """Take up to n jobs (and whatever a blocking fetch landed) without blocking.
 
-        The caller must hold nothing of this slot but the finished jobs it acks: whatever
-        else the slot holds is returned first (adopted: reserve.lua says why). Queues whose
-        key is not a list are skipped and named in ``bad_queues``."""
+        With ``adopt``, the caller must hold nothing of this slot but the finished jobs it
+        acks: whatever else the slot holds is returned first (adopted: reserve.lua says why).
+        Without it (the caller's jobs are running), a reserve call whose reply was lost
+        leaves ``lost_reply`` set: the caller adopts with a later call, once it holds
+        nothing. Queues whose key is not a list are skipped and named in ``bad_queues``."""
         self._settle()
         if self._taken:  # handed over by the last call and not run yet: run these first
             taken, self._taken = self._taken, []
             self.bad_queues, self.checked_all = [], False
             return taken
-        return self._take(self._send_reserve(n, landing_queue))
+        got = self._take(self._send_reserve(n, landing_queue, adopt))
+        if adopt:
+            self.lost_reply = False
+        return got
 
     def reserve_landed(self) -> None:
         """After ``block()`` landed a job: send the reserve call that moves it from that
@@ -420,7 +433,8 @@ class Fetcher:
             sent, self._sent = self._sent, None
             self._taken.extend(self._take(sent))
 
-    def _send_reserve(self, n: int, landing_queue: str | None) -> "_Sent":
+    def _send_reserve(self, n: int, landing_queue: str | None,
+                      adopt: bool = True) -> "_Sent":
         landing_queue = landing_queue or self._landing_queue
         keys = [self.reserved_key, self.landings[landing_queue], self.keys.masters,
                 self.keys.paused, *self.queue_keys]
@@ -430,8 +444,8 @@ class Fetcher:
             self._read_acks()
         self._run_again()  # (a job's end refused or lost: the same, for a job of a task)
         acks, self._acks = self._acks, []
-        args = [n, len(self.queues), landing_queue, self.identity, len(acks), *acks,
-                *self.queues,
+        args = [n, len(self.queues), landing_queue, self.identity, int(adopt), len(acks),
+                *acks, *self.queues,
                 *fetch_orders(self.queues, self.weighted, self.strict, n, self.rng)]
         sent = _Sent(n, keys, args, acks)
         try:
@@ -452,6 +466,7 @@ class Fetcher:
         except BaseException as e:
             if isinstance(e, (redis.ConnectionError, redis.TimeoutError, OSError)):
                 self.reset_connection()
+                self.lost_reply = True  # the call may have run: its jobs are in the zset
             self._unsent(sent)
             raise
         self._acked(len(sent.acks), reply[0])
@@ -508,6 +523,10 @@ class Fetcher:
     def ack(self, res: Reservation) -> None:
         """Mark a job finished; its ZREM goes out with the next call on this connection."""
         self._acks.append(res.member)
+
+    def ack_members(self, members: list[bytes]) -> None:
+        """``ack`` for jobs other threads finished (sharedends.py)."""
+        self._acks.extend(members)
 
     def flush(self) -> None:
         """Send pending acks now (before the worker exits or blocks)."""

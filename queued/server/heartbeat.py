@@ -4,8 +4,11 @@ Every ``heartbeat_interval`` (5 s, as Sidekiq 6) the master writes, in one MULTI
 - ``stat:processed``/``stat:failed`` and their UTC-dated twins (5-year TTL), by the number of
   jobs the workers finished since the last beat (read from the slot table, never a Redis
   write per job);
-- ``<identity>:workers``: one field per busy worker, ``{"queue","payload","run_at"}``;
+- ``<identity>:workers``: one field per running job, ``{"queue","payload","run_at"}``, named
+  by its thread (the worker's pid in base 36, ``-<lane>`` for one of many jobs at once);
 - ``processes`` + the ``<identity>`` hash (info, busy, beat, rtt_us, quiet, rss), 60 s TTL;
+  queued adds ``reserved`` (jobs its workers hold: running, or taken and waiting to start)
+  and ``hangs`` (a JSON list: event loops stuck, jobs past their time limit: watchdog.py);
 - the master's lease (recovery.py), and an RPOP of ``<identity>-signals`` so Sidekiq's Web UI
   and API can quiet or stop this process.
 So Sidekiq's Web UI, ``Sidekiq::ProcessSet`` and ``Sidekiq::Stats`` see queued as one of theirs.
@@ -40,6 +43,26 @@ def new_identity() -> str:
     return f"{host}:{os.getpid()}:{os.urandom(6).hex()}"
 
 
+def thread_tag(pid: int, record: int) -> str:
+    """A running job's field in ``<identity>:workers`` (Sidekiq's thread id): the worker's pid
+    in base 36, and ``-<lane>`` for a lane of a worker of many jobs at once."""
+    return pid_tag(pid) if record == 0 else f"{pid_tag(pid)}-{record}"
+
+
+def hangs(views: Sequence[SlotView], now: float) -> list[dict]:
+    """What ``queuedctl processes`` names as hung: an event loop that has not run for a
+    second or more (and the job it is stuck in), and jobs running past their time limit."""
+    out = []
+    for v in views:
+        if v.record == 0 and not v.busy and v.lag >= 1.0:
+            out.append({"worker": v.slot, "pid": v.pid, "loop_lag": round(v.lag, 1),
+                        "jid": v.jid or None})
+        elif v.busy and v.timeout and now - v.started > v.timeout:
+            out.append({"worker": v.slot, "pid": v.pid, "thread": v.record, "jid": v.jid,
+                        "class": v.job_class, "over": round(now - v.started - v.timeout, 1)})
+    return out
+
+
 def _jid_of(payload: bytes) -> str | None:
     jid = jid_of(payload)
     return stored_jid(jid) if jid is not None else None
@@ -52,7 +75,7 @@ class Heartbeat:
         self.identity = identity
         self.started_at = started_at
         self.reconfigure(config)
-        self.registration = recovery.registration(slot_count(config.concurrency),
+        self.registration = recovery.registration(slot_count(config.process_count),
                                                   config.queue_names)
         self.sent = (0, 0)  # processed, failed already flushed to stat:*
         self.renewed_at: float | None = None  # monotonic time of the last beat that went out
@@ -65,7 +88,11 @@ class Heartbeat:
         self.config = config
         self.info = json.dumps({
             "hostname": self.identity.rsplit(":", 2)[0], "started_at": self.started_at,
-            "pid": os.getpid(), "tag": config.tag, "concurrency": config.concurrency,
+            "pid": os.getpid(), "tag": config.tag, "concurrency": config.jobs_at_once,
+            "processes": config.process_count, "threads": config.max_threads,
+            "groups": [{"name": g.name, "queues": list(g.queue_names),
+                        "processes": g.concurrency, "threads": g.threads}
+                       for g in config.worker_groups],
             "queues": list(config.queue_names), "labels": list(config.labels),
             "identity": self.identity, "version": __version__,
             # the dead set's bounds, so the operator's tools trim dead as the daemons do
@@ -101,9 +128,11 @@ class Heartbeat:
             payloads = [m.split(b"\0", 2)[2] for m in members]
             raw = next((p for p in payloads if _jid_of(p) == v.jid),
                        payloads[0] if payloads else b"{}")
-            out[pid_tag(v.pid)] = json.dumps({
+            out[thread_tag(v.pid, v.record)] = json.dumps({
                 "queue": v.queue, "payload": raw.decode("utf-8", "replace"),
-                "run_at": int(v.started_at)}, separators=(",", ":"), ensure_ascii=False)
+                "run_at": int(v.started_at), "pid": v.pid,
+                "worker": f"w{v.slot}-{v.record}" if v.record else f"w{v.slot}"},
+                separators=(",", ":"), ensure_ascii=False)  # (worker, pid: as log lines say)
         return out
 
     def _rss_kb(self, pids: Sequence[int]) -> int:
@@ -136,7 +165,9 @@ class Heartbeat:
         pipe.hset(k.process(ident), mapping={
             "info": self.info, "busy": str(len(running)), "beat": repr(now),
             "rtt_us": str(rtt_us), "quiet": "true" if quiet else "false",
-            "rss": str(self._rss_kb(pids))})
+            "rss": str(self._rss_kb(pids)),
+            "reserved": str(len(running) + sum(v.held for v in views)),
+            "hangs": json.dumps(hangs(views, time.monotonic()), separators=(",", ":"))})
         pipe.expire(k.process(ident), PROCESS_TTL)
         # The registration goes with the lease: a Redis that lost its data (restarted without
         # persistence, a failover) lost it too, and an unregistered master is never reaped

@@ -40,7 +40,7 @@ class JobMetrics:
     def _make_table(self) -> None:
         """One region per worker slot (the rolling restart's spare included), and the
         master's own (the last)."""
-        self.table = MetricsTable(slot_count(self.config.concurrency) + 1)
+        self.table = MetricsTable(slot_count(self.config.process_count) + 1)
         self.flusher = Flusher(self.r, self.keys, self.table)
         self.own = self.table.recorder(self.table.master_region)
 
@@ -58,9 +58,9 @@ class JobMetrics:
         if self.exporter is not None:
             self.exporter.start()
 
-    def recorder(self, slot: int) -> Recorder | None:
+    def recorder(self, slot: int, locked: bool = False) -> Recorder | None:
         """A worker's handle on its slot's region; call it in the worker, after fork."""
-        return self.table.recorder(slot) if self.worker_table is not None else None
+        return self.table.recorder(slot, locked) if self.worker_table is not None else None
 
     def in_child(self) -> None:
         if self.exporter is not None:

@@ -1,9 +1,13 @@
 """Logging: one line per event on stderr (or a file), UTC timestamps, Sidekiq's shape:
 ``2026-11-21T06:14:56.123Z pid=4242 tid=w3 class=HardJob jid=15acda24 INFO app.billing: msg``.
 
-``tid`` is ``master`` or ``w<slot>``. While a worker runs a job, every line logged in that
-process (by queued or by the job's own code, through ``logging``) carries the job's class and
-jid, as Sidekiq's job context does; the line that ends a job adds ``elapsed``. Every line names
+``tid`` is ``master``, ``w<slot>``, or ``w<slot>-<lane>`` for a job thread (or an async job's
+lane) of a worker that runs many jobs at once. While a job runs, every line logged in its
+thread or its asyncio task (by queued or by the job's own code, through ``logging``) carries
+the job's class and jid, as Sidekiq's job context does; the line that ends a job adds
+``elapsed``. The context is a ``contextvars.ContextVar``: per thread and per asyncio task, so
+jobs running at once in one process never see each other's (a thread the job code starts
+itself begins with no context, as in Sidekiq, whose job context is thread-local). Every line names
 its logger. ``-v`` turns on queued's own debug lines; other libraries' loggers (redis-py's
 among them) stay at WARNING.
 
@@ -25,6 +29,7 @@ fields are kept apart from the text form only in that mode, so text mode pays no
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
@@ -39,11 +44,12 @@ QUIET_LIBRARIES = ("redis", "urllib3", "asyncio")
 
 FORMATS = ("text", "json")
 
-# " class=X jid=Y" (and " elapsed=..." once the job ended) while a job runs in this process:
-# one job at a time per worker, so one value per process (threads the job starts share it).
-_context = ""
-# The same as JSON fields, in json mode only (see job_context).
-_fields: dict | None = None
+# " class=X jid=Y" (and " elapsed=..." once the job ended) while a job runs in this thread or
+# task; in json mode the same string also carries its fields (see job_context).
+_context: contextvars.ContextVar[str] = contextvars.ContextVar("queued_job_context",
+                                                               default="")
+# "-<lane>" in a job thread (or an async job's task) of a worker of many jobs at once.
+_lane: contextvars.ContextVar[str] = contextvars.ContextVar("queued_lane", default="")
 _structured = False
 
 
@@ -53,10 +59,13 @@ class _Context(str):
 
 
 def set_context(context: str) -> None:
-    global _context, _fields
-    _context = context
-    if _structured:  # (a getattr that misses costs text mode a quarter of a microsecond)
-        _fields = getattr(context, "fields", None)
+    """The job context of this thread or asyncio task (``job_context``; "" between jobs)."""
+    _context.set(context)
+
+
+def set_lane(lane: int) -> None:
+    """Name this thread (or asyncio task) as lane ``lane`` of its worker in ``tid``."""
+    _lane.set(f"-{lane}" if lane else "")
 
 
 def job_context(job_class: str, jid: str, elapsed: float | None = None,
@@ -103,7 +112,8 @@ class Formatter(logging.Formatter):
     def prefix(self, created: float, pid: int) -> str:
         """Everything before the level: time, pid, tid and the job context."""
         msecs = int(created % 1 * 1000)
-        return f"{self._seconds(created)}.{msecs:03d}Z pid={pid} tid={self.tid}{_context}"
+        return (f"{self._seconds(created)}.{msecs:03d}Z pid={pid} tid={self.tid}{_lane.get()}"
+                f"{_context.get()}")
 
     def format(self, record):
         text = (f"{self.prefix(record.created, record.process)} {record.levelname} "
@@ -124,11 +134,14 @@ class JsonFormatter(Formatter):
 
     def line(self, created: float, pid: int, level: str, name: str, message: str,
              exc: BaseException | None = None) -> str:
-        tid = self.tid
+        tid, lane = self.tid, _lane.get()
         doc = {"time": self.stamp(created), "level": level, "logger": name, "pid": pid,
-               "tid": tid, "slot": int(tid[1:]) if tid[1:].isdigit() else None}
-        if _fields:
-            doc.update((k, v) for k, v in _fields.items() if v is not None)
+               "tid": tid + lane, "slot": int(tid[1:]) if tid[1:].isdigit() else None}
+        if lane:
+            doc["thread"] = int(lane[1:])
+        fields = getattr(_context.get(), "fields", None)
+        if fields:
+            doc.update((k, v) for k, v in fields.items() if v is not None)
         doc["message"] = message
         if exc is not None:
             doc.update(error_class=type(exc).__qualname__, error_message=str(exc),
@@ -277,7 +290,10 @@ class JobLog:
     #: Lines held at most before they go out anyway (a long batch of short jobs).
     MAX_PENDING = 64
 
-    def __init__(self, name: str = "queued.worker"):
+    def __init__(self, name: str = "queued.worker", locked: bool = False):
+        #: Jobs end on several threads at once (threads > 1): the held lines are then
+        #: touched under the handler's lock, as its own emit() does.
+        self.locked = locked
         self.logger = logging.getLogger(name)
         self.handler: _Pending | None = None
         self.formatter: Formatter | None = None
@@ -311,6 +327,17 @@ class JobLog:
         if self.handler is None:
             self.logger.info("done")
             return
+        if self.locked:
+            handler = self.handler
+            handler.acquire()
+            try:
+                self._add()
+            finally:
+                handler.release()
+        else:
+            self._add()
+
+    def _add(self) -> None:
         pending = self.handler.pending
         if self.structured:
             pending.append(self.formatter.line(time.time(), self.pid, "INFO", self.name, "done")
@@ -318,14 +345,25 @@ class JobLog:
         else:
             pending.append(self.formatter.prefix(time.time(), self.pid) + self.tail)
         if len(pending) >= self.MAX_PENDING:
-            self.flush()
+            self._flush(self.handler)
 
     def flush(self) -> None:
         """Write the lines held (one write). On an error logging takes over from now on."""
-        if self.handler is None:
+        handler = self.handler
+        if handler is None:
             return
+        if not self.locked:
+            self._flush(handler)
+            return
+        handler.acquire()
         try:
-            self.handler.flush_pending()
+            self._flush(handler)
+        finally:
+            handler.release()
+
+    def _flush(self, handler) -> None:
+        try:
+            handler.flush_pending()
         except (OSError, ValueError):
-            self.handler.pending.clear()
+            handler.pending.clear()
             self.handler = None

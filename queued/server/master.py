@@ -37,7 +37,9 @@ from .slots import Notes, SlotTable, Watch, slot_count
 from .waker import Waker
 from .children import Children
 from .exits import Exits
+from .giveback import GiveBack
 from .rolling import Rollout
+from ..groups import shape_lines
 from .worker import Worker, note_labels
 
 log = logging.getLogger("queued.master")
@@ -69,12 +71,13 @@ class Master:
         self.keys = Keys(config.namespace)
         self.identity = new_identity()
         self.started_at = time.time()
-        self.slots = slot_count(config.concurrency)  # a spare for rolling restarts
-        self.table = SlotTable(self.slots)
+        self.slots = slot_count(config.process_count)  # a spare for rolling restarts
+        self.table = SlotTable(self.slots, config.max_threads)
         # so workers log a broken queue once; the master's own persistent conditions too
         self.notes = Notes([*note_labels(config), "held",
                             *(("stuck", slot) for slot in range(self.slots))])
         self.watch = Watch(self.slots)  # which queue each idle worker waits on
+        self.giveback = GiveBack(self.slots)  # jobs held behind a slow one (giveback.py)
         self.state = RUNNING
         self.deadline = None
         self.next_beat = 0.0
@@ -86,7 +89,8 @@ class Master:
         self.scheduler = Scheduler(self.r, self.keys, self.identity, config)
         self.periodic = Periodic(self.r, self.keys, config)
         self.waker = Waker(self.r, self.keys, config.queue_names, self.watch,
-                           config.fetch_timeout)
+                           config.fetch_timeout, serves=lambda slot, q: self.children.serves(
+                               slot, q))
         self.lease_ms = int(config.lease_timeout * 1000)
         self.jobmetrics = JobMetrics(config, self.r, self.keys, self.table)  # before any fork
         self.children = Children(config, self.table, self.watch, self._make_worker,
@@ -109,6 +113,8 @@ class Master:
         log.info("queued %s starting: identity=%s concurrency=%d queues=%s%s", titles.__version__,
                  self.identity, self.config.concurrency, ",".join(self.config.queue_names),
                  "" if self.config.strict else " (weighted)")
+        for line in shape_lines(self.config):
+            log.info("%s", line)
         self.jobmetrics.start()  # /metrics answers even while Redis is away
         if not self._connect():
             self.jobmetrics.stop()
@@ -124,6 +130,7 @@ class Master:
                 self._mind_embedded()
                 self.exits.retry()
                 self._murder()
+                self._give_back()
                 self._timers()
                 self._roll()
                 self._spawn()
@@ -224,7 +231,7 @@ class Master:
                 log.warning("could not clear this process's record at exit: %s", e)
         self.waker.close()
         self.jobmetrics.stop()
-        titles.set_title(titles.master_title(self.config.tag, 0, self.config.concurrency,
+        titles.set_title(titles.master_title(self.config.tag, 0, self.config.jobs_at_once,
                                              "stopped"))
 
     # --- signals ---------------------------------------------------------------------------------
@@ -253,7 +260,7 @@ class Master:
             if self.dumps:
                 timeout = min(timeout, max(0.0, self.next_dump - now))
             for due in (self.waker.due_in(now), self.children.next_kill_in(now),
-                        self.notify.due_in(now)):
+                        self.notify.due_in(now), self.giveback.due_in(now)):
                 if due is not None:
                     timeout = min(timeout, due)
         try:
@@ -388,11 +395,12 @@ class Master:
             for t in threading.enumerate() if t.ident in sys._current_frames())
         log.info("TTIN master pid=%d (%s); stack:\n%s", os.getpid(), why, stacks)
         for rec in sorted(self.workers.values(), key=lambda w: w.slot):
-            v = self.table.read(rec.slot)
-            if v.busy:
-                log.info("TTIN worker %d pid=%d running %s jid=%s queue=%s for %.1fs", rec.slot,
-                         rec.pid, v.job_class, v.jid, v.queue, time.monotonic() - v.started)
-            else:
+            busy = [v for v in self.table.slot_views(rec.slot) if v.busy]
+            for v in busy:
+                log.info("TTIN worker %d%s pid=%d running %s jid=%s queue=%s for %.1fs",
+                         rec.slot, f" lane {v.record}" if v.record else "", rec.pid,
+                         v.job_class, v.jid, v.queue, time.monotonic() - v.started)
+            if not busy:
                 log.info("TTIN worker %d pid=%d idle", rec.slot, rec.pid)
             if rec.pid not in self.dumps:
                 self.dumps.append(rec.pid)
@@ -411,10 +419,12 @@ class Master:
     def _signal_workers(self, sig: int) -> None:
         self.children.signal_all(sig)
 
-    def _make_worker(self, slot: int) -> Worker:
+    def _make_worker(self, slot: int, group: int = 0) -> Worker:
+        self.giveback.clear(slot)
         return Worker(self.config, self.keys, self.identity, slot, self.table, os.getpid(),
                       self.notes, self.watch, self.waker.idle_w,
-                      metrics=self.jobmetrics.worker_table)
+                      metrics=self.jobmetrics.worker_table, giveback=self.giveback,
+                      group=self.config.worker_groups[group])
 
     def _in_child(self) -> None:
         """In a freshly forked worker: forget the master's plumbing."""
@@ -440,6 +450,16 @@ class Master:
 
     def _murder(self) -> None:
         self.children.murder(self.deadline is not None and time.monotonic() >= self.deadline)
+
+    def _give_back(self) -> None:
+        """Jobs a worker holds behind one that runs long go back to their queue (giveback.py)."""
+        pids = {rec.slot: rec.pid for rec in self.workers.values()}
+        try:
+            self.giveback.step(self.r, self.keys, self.identity, self.config, self.table, pids)
+        except recovery.Stuck as e:
+            log.error("%s", e)
+        except (redis.RedisError, OSError) as e:
+            self._redis_error("give back held jobs", e)
 
     def _other_exited(self, pid: int, status: int) -> None:
         """A child that is not a worker: the embedded redis-server, or one the job code
@@ -482,7 +502,7 @@ class Master:
         busy = sum(1 for v in self.table.views() if v.busy)
         if state is None:
             state = self._state_text()
-        text = titles.master_title(self.config.tag, busy, self.config.concurrency, state)
+        text = titles.master_title(self.config.tag, busy, self.config.jobs_at_once, state)
         if text != self.shown_title:
             self.shown_title = text
             titles.set_title(text)
@@ -493,7 +513,7 @@ class Master:
             busy = sum(1 for v in self.table.views() if v.busy)
         if state is None:
             state = self._state_text()
-        return titles.master_status(busy, self.config.concurrency, state)
+        return titles.master_status(busy, self.config.jobs_at_once, state)
 
     def _state_text(self) -> str:
         if self.state == RUNNING:
@@ -521,7 +541,7 @@ class Master:
             self._redis_error("heartbeat", e)
             return
         log.debug("heartbeat: %d of %d busy; lease renewed for %gs%s",
-                  sum(1 for v in views if v.busy), self.config.concurrency,
+                  sum(1 for v in views if v.busy), self.config.jobs_at_once,
                   self.config.lease_timeout, "; scheduler leader" if self.scheduler.leader else "")
         if self.redis_down_since is not None:
             log.info("Redis is back after %.1fs", time.monotonic() - self.redis_down_since)

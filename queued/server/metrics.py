@@ -24,6 +24,7 @@ any new pair are counted there, so memory stays bounded whatever class names pay
 from __future__ import annotations
 
 import mmap
+import threading
 from bisect import bisect_right
 
 from ..metricskeys import BUCKETS
@@ -98,8 +99,9 @@ class MetricsTable:
     def key(self, region: int, entry: int) -> tuple[str, str]:
         return _parse_key(self.raw_key(region, entry))
 
-    def recorder(self, region: int) -> Recorder:
-        return Recorder(self, region)
+    def recorder(self, region: int, locked: bool = False) -> Recorder:
+        """``locked``: several threads of one worker record into the region (threads > 1)."""
+        return LockedRecorder(self, region) if locked else Recorder(self, region)
 
     def reader(self) -> Reader:
         return Reader(self)
@@ -158,6 +160,19 @@ class Recorder:
             row = self.rows[raw.rstrip(b"\0")] = self.table.row_at(self.region, used)
         self.index.setdefault(queue, {})[klass] = row
         return row
+
+
+class LockedRecorder(Recorder):
+    """A worker's handle when its jobs end on several threads: the counters are read, added to
+    and stored back, which two threads must not do at once (a count would be lost)."""
+
+    def __init__(self, table: MetricsTable, region: int):
+        super().__init__(table, region)
+        self._lock = threading.Lock()
+
+    def record(self, msg: dict, queue: str, seconds: float, failed: bool) -> None:
+        with self._lock:
+            super().record(msg, queue, seconds, failed)
 
 
 class Reader:

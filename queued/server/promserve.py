@@ -63,8 +63,8 @@ class Collector:
         yield from self._jobs()
         views = self.table.views()
         core = self.core
-        busy = core.GaugeMetricFamily("queued_process_busy_workers", "This master's workers "
-                                      "running a job now.",
+        busy = core.GaugeMetricFamily("queued_process_busy_workers", "Jobs this master's "
+                                      "workers run now (a worker of many threads counts each).",
                                       value=sum(1 for v in views if v.busy))
         slots = core.GaugeMetricFamily("queued_process_workers", "Worker processes this "
                                        "master runs (its concurrency).",
@@ -72,7 +72,7 @@ class Collector:
         rss = core.GaugeMetricFamily("queued_process_rss_bytes", "Resident memory of the master "
                                      "and of each worker.", labels=["slot"])
         for name, pid in [("master", os.getpid())] + [(str(v.slot), v.pid) for v in views
-                                                       if v.pid]:
+                                                       if v.pid and v.record == 0]:
             try:
                 rss.add_metric([name], psutil.Process(pid).memory_info().rss)
             except psutil.Error:

@@ -28,7 +28,7 @@ from typing import NamedTuple, Sequence
 import redis
 
 from .. import events
-from .. import activejob, tracking
+from .. import activejob, tracking, unique
 from . import retry
 from .. import payload as codec
 from .scripts import FAIL, REQUEUE
@@ -58,9 +58,9 @@ class Held(NamedTuple):
 
 
 class Settled(NamedTuple):
-    moved: int             # jobs put back in their queues
-    failed: bool           # the running job took the failure path (count it in stat:failed)
-    held: Held | None      # ... but its failure could not be written yet
+    moved: int               # jobs put back in their queues
+    failed: int              # running jobs that took the failure path (stat:failed counts them)
+    held: tuple[Held, ...]   # ... those of them whose failure could not be written yet
 
 
 def register(r: redis.Redis, keys: Keys, identity: str, slots: int, queues: Sequence[str],
@@ -139,6 +139,22 @@ def current_job(r: redis.Redis, keys: Keys, identity: str, slot: int,
     return None
 
 
+def _reservations(r: redis.Redis, keys: Keys, identity: str, slot: int,
+                  jids: Sequence[str]) -> dict[str, Reservation]:
+    """The reservations of the jobs a slot ran (jids as the slot table stores them), read in
+    one call: {jid: reservation} for those found."""
+    wanted = set(jids)
+    found: dict[str, Reservation] = {}
+    if not wanted:
+        return found
+    for member in r.zrange(keys.reserved(identity, slot), 0, -1):
+        queue, payload = split_member(member)
+        jid = codec.jid_of(payload)
+        if jid is not None and stored_jid(jid) in wanted:
+            found.setdefault(stored_jid(jid), Reservation(member, queue, payload))
+    return found
+
+
 def fail_reservation(r: redis.Redis, keys: Keys, identity: str, slot: int, res: Reservation,
                      kind: str, score: float, payload: str, dead_timeout: int,
                      dead_max_jobs: int, task: tracking.Move | None = None) -> int:
@@ -192,38 +208,82 @@ def reap_expired(r: redis.Redis, keys: Keys) -> list[tuple[str, int]]:
 
 
 def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code: int,
-           reason: str, running_jid: str, timeout: float = 0.0, app=None) -> Settled:
-    """After a worker exited: the job it was running takes the failure path if the master
-    killed it for its timeout, or if it has now killed ``max_crashes`` workers (a poison pill),
-    else goes back carrying one more crash; everything else the slot holds goes back to the
-    head of its queue. Safe to call again after an error: it starts from what Redis holds.
-    Raises Stuck (see requeue_slot) and Redis errors. ``app``: where job classes and error
-    handlers are looked up (server/loader.py's AppView; the live registries by default)."""
+           reason: str, running_jid: str = "", timeout: float = 0.0,
+           running: Sequence[str] = (), culprits: dict[str, float] | None = None,
+           ignored: str = "SIGALRM", app=None) -> Settled:
+    """After a worker exited: everything its slot holds goes back to the head of its queue,
+    except what the jobs it was running (``running``, or the one ``running_jid``) earned:
+
+    - the master killed it for a timeout: each job in ``culprits`` (jid -> its time limit;
+      by default the one running job) takes the failure path (JobTimeout); the others that
+      were running are bystanders and go back as they were, no retry spent;
+    - it crashed running one job: that job is the culprit, it goes back carrying one more
+      crash, and to dead (a poison pill) once it has killed ``max_crashes`` workers;
+    - it crashed running several (a worker of many jobs at once): none is known to be the
+      culprit, and charging each would bury innocent jobs. Each goes back marked a suspect
+      (payload.SUSPECT), and runs next alone in its worker (dispatch.py), where a crash is
+      its own and counts;
+    - it stopped (shutdown, replaced, silent, exit): everything goes back as it was.
+
+    Safe to call again after an error: it starts from what Redis holds. Raises Stuck (see
+    requeue_slot) and Redis errors. ``app``: where job classes and error handlers are looked
+    up (server/loader.py's AppView; the live registries by default)."""
+    running = tuple(j for j in running if j) or ((running_jid,) if running_jid else ())
+    if culprits is None:
+        culprits = {jid: timeout for jid in running[:1]} if reason == "timeout" else {}
     replace: dict[bytes, str | bytes] = {}
-    failed, held = False, None
-    if running_jid and reason in ("timeout", "crash"):
-        current = current_job(r, keys, identity, slot, config.queue_names, jid=running_jid)
-        if current is not None:
-            failed, held, again = _settle_running(r, keys, identity, config, slot, current,
-                                                  code, reason, timeout, app)
+    failed, held = 0, []
+    if reason == "timeout" or (reason == "crash" and len(running) == 1):
+        found = _reservations(r, keys, identity, slot, [*culprits, *running])
+        for jid in (culprits if reason == "timeout" else running):
+            current = found.get(jid)
+            if current is None:
+                continue
+            hit, stuck, again = _settle_running(r, keys, identity, config, slot, current,
+                                                code, reason, culprits.get(jid, 0.0), ignored,
+                                                app)
+            failed += hit
+            if stuck is not None:
+                held.append(stuck)
             if again is not None:
                 replace[current.member] = again
-    keep = [held.member] if held else []
+    elif reason == "crash":
+        replace = _suspects(r, keys, identity, config, slot, running, code)
+    keep = [h.member for h in held]
     return Settled(requeue_slot(r, keys, identity, slot, config.queue_names, replace, keep),
-                   failed, held)
+                   failed, tuple(held))
+
+
+def _suspects(r, keys, identity, config, slot, running: Sequence[str],
+              code: int) -> dict[bytes, str | bytes]:
+    """Payloads to requeue the jobs running in a crash of many jobs with: marked suspects."""
+    replace: dict[bytes, str | bytes] = {}
+    for current in _reservations(r, keys, identity, slot, running).values():
+        try:
+            msg = codec.loads(current.payload)
+            codec.validate(msg)
+        except PayloadError:
+            continue
+        replace[current.member] = codec.with_field(current.payload, msg, codec.SUSPECT, 1)
+    if replace:
+        log.warning("worker %d %s with %d jobs running: none is known to be the culprit, so "
+                    "none is charged; each goes back a suspect and runs next alone, where a "
+                    "crash is its own: %s", slot, describe_status(code), len(running),
+                    ", ".join(running))
+    return replace
 
 
 def _settle_running(r, keys, identity, config, slot, current: Reservation, code: int,
-                    reason: str, timeout: float, app=None):
-    """(failed, held, payload to requeue it with or None)."""
+                    reason: str, timeout: float, ignored: str = "SIGALRM", app=None):
+    """(1 if it failed else 0, held or None, payload to requeue it with or None)."""
     try:
         msg = codec.loads(current.payload)
         codec.validate(msg)
     except PayloadError:
-        return False, None, None  # requeued with the rest; the next worker rejects it to dead
+        return 0, None, None  # requeued with the rest; the next worker rejects it to dead
     if reason == "timeout":
         exc: BaseException = JobTimeout(
-            f"{msg['class']} ran past its {timeout:g}s timeout and ignored SIGALRM; its "
+            f"{msg['class']} ran past its {timeout:g}s timeout and ignored {ignored}; its "
             f"worker was killed after {config.timeout_grace:g}s more")
     else:
         crashes = codec.crash_count(msg) + 1
@@ -232,7 +292,7 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
         if crashes < config.max_crashes:
             _mark_killed(r, keys, msg, f"its worker was {describe_status(code)} (crash "
                                        f"{crashes} of {config.max_crashes}); it runs again")
-            return False, None, codec.with_field(current.payload, msg, codec.CRASHES, crashes)
+            return 0, None, codec.with_field(current.payload, msg, codec.CRASHES, crashes)
         exc = WorkerKilled(f"{msg['class']} killed its worker {crashes} times "
                            f"(last: {describe_status(code)}); sent to dead as a poison pill")
     lookup = registry.lookup if app is None else app.lookup
@@ -254,11 +314,13 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
                   outcome.kind, keys.retry if outcome.kind == "retry" else keys.dead)
     elif written == WRITTEN:
         log.error("class=%s jid=%s %s -> %s", msg["class"], msg["jid"], exc, outcome.kind)
+        if outcome.kind != "retry":
+            unique.release(r, keys, [msg])  # (a unique job that died: its lock goes, issue 21)
     else:
-        return False, None, None  # recovered by another master meanwhile: it runs there
+        return 0, None, None  # recovered by another master meanwhile: it runs there
     (events.report if app is None else app.report)(
         exc, {"job": msg, "queue": current.queue, "outcome": outcome.kind})
-    return True, held, None
+    return 1, held, None
 
 
 def _mark_killed(r: redis.Redis, keys: Keys, msg: dict, message: str) -> None:

@@ -11,7 +11,9 @@ the ``retry`` or ``dead`` set and drops its reservation in one Lua script, trims
 ``dead_trim_bounds()`` in the same script, and runs the death handlers.
 
 Ruby truthiness is the rule throughout: only ``false`` and ``nil`` are false, so ``retry: 0``
-means "no retries, then dead" and ``backtrace: 0`` stores an empty backtrace.
+means "no retries, then dead" and ``backtrace: 0`` stores an empty backtrace. One departure: a
+payload without a ``backtrace`` key keeps a bounded backtrace (DEFAULT_BACKTRACE_LINES), where
+Sidekiq keeps none; ``backtrace: false`` (or null) still keeps none.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..payload import CRASHES, dumps
+from ..payload import CRASHES, SUSPECT, dumps
+from .tracebacks import job_frames
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,13 @@ DEAD_TIMEOUT_IN_SECONDS = 180 * 24 * 60 * 60
 DEAD_MAX_JOBS = 10_000
 #: ``error_message`` is cut to this many characters.
 MAX_ERROR_MESSAGE = 10_000
+#: A job whose payload has no ``backtrace`` key keeps this many lines of its error's
+#: backtrace, innermost first (issue 20: the one on call needs it at 3 a.m.; Sidekiq keeps
+#: none by default), each line cut to DEFAULT_BACKTRACE_CHARS: at most ~6 KB before
+#: compression, well under 1 KB after for Python's short frames. ``backtrace: false`` keeps
+#: none, ``true`` every line, N the first N (Sidekiq's meanings).
+DEFAULT_BACKTRACE_LINES = 20
+DEFAULT_BACKTRACE_CHARS = 300
 #: Ruby's ``Base64.encode64`` ends a line after this many characters.
 _BASE64_LINE = 60
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -83,6 +93,7 @@ def decide(msg: dict, exc: BaseException, queue: str, *, job_class: Any = None,
     now = time.time() if now is None else now
     msg = dict(msg)
     msg.pop(CRASHES, None)  # this run ended the job's streak of crashes (recovery.py)
+    msg.pop(SUSPECT, None)
     retry = msg.get("retry")
     if retry is None:
         retry = _class_retry_option(job_class)
@@ -109,6 +120,7 @@ def kill(msg: dict, exc: BaseException, queue: str, *, job_class: Any = None,
     now = time.time() if now is None else now
     msg = dict(msg)
     msg.pop(CRASHES, None)  # retried from dead, it starts afresh
+    msg.pop(SUSPECT, None)
     _write_failure_fields(msg, exc, queue, now, [])
     _call_retries_exhausted(job_class, msg, exc)
     return Outcome("drop" if msg.get("dead") is False else "dead", now, msg)
@@ -138,6 +150,7 @@ def failed_for_good(msg: dict, exc: BaseException, queue: str,
     now = time.time() if now is None else now
     msg = dict(msg)
     msg.pop(CRASHES, None)
+    msg.pop(SUSPECT, None)
     _write_failure_fields(msg, exc, queue, now, [])
     return Outcome("dead", now, msg)
 
@@ -254,6 +267,9 @@ def _write_failure_fields(msg: dict, exc: BaseException, queue: str, now: float,
     else:
         msg["failed_at"] = now
         msg["retry_count"] = 0
+    if "backtrace" not in msg:
+        _default_backtrace(msg, exc, backtrace_lines)
+        return msg["retry_count"]
     wanted = msg.get("backtrace")
     if _truthy(wanted):
         lines = list(backtrace_lines) if backtrace_lines is not None else ruby_backtrace(exc)
@@ -262,6 +278,22 @@ def _write_failure_fields(msg: dict, exc: BaseException, queue: str, now: float,
             lines = lines if n is None else lines[:n]
         msg["error_backtrace"] = compress_backtrace(lines)
     return msg["retry_count"]
+
+
+def _default_backtrace(msg: dict, exc: BaseException, backtrace_lines: list[str] | None) -> None:
+    """A job that says nothing about backtraces: the first DEFAULT_BACKTRACE_LINES lines of
+    the job's own frames (as the log shows them: without queued's frames around the job and
+    the alarm handler's), each cut to DEFAULT_BACKTRACE_CHARS; nothing when there are none (an
+    exception never raised, a job failed by the master), so such a member stays Sidekiq's to
+    the byte."""
+    if backtrace_lines is not None:
+        lines = list(backtrace_lines)
+    else:
+        lines = [f"{f.filename}:{f.lineno}:in `{f.name}'"
+                 for f in reversed(job_frames(exc.__traceback__))]
+    if lines:
+        msg["error_backtrace"] = compress_backtrace(
+            [line[:DEFAULT_BACKTRACE_CHARS] for line in lines[:DEFAULT_BACKTRACE_LINES]])
 
 
 def _class_retry_option(job_class: Any) -> Any:

@@ -43,6 +43,8 @@ log = logging.getLogger("queued.master")
 #: Settings a HUP cannot change, and why.
 RESTART_ONLY = {
     "concurrency": "the worker slots are made at start",
+    "threads": "the worker slots' job lanes are made at start",
+    "groups": "the worker slots and their lanes are made at start",
     "queues": "idle workers share the queues out by their position in the list",
     "redis_url": "the master and every worker hold connections to it",
     "namespace": "the master and every worker hold its keys",

@@ -1,33 +1,41 @@
-"""One job in a worker: from its reservation to its ack or its failure.
+"""One job in a worker: from its reservation to its end, on a thread or on the event loop.
 
 Owns: checking the payload (an unusable one goes to dead with the reason; one without a
 ``jid``, as some hand-written producers push, gets one and runs, as Sidekiq's server runs it),
-finding the job class (ActiveJob's wrapped one included), its time limit, the server middleware
-chain, the job's log context (every line logged while it runs carries its class and jid), the
-line that ends it, the hooks, and the failure path: the retry policy's outcome written
-atomically with the end of the reservation, retried through a Redis outage, and held reserved
-when Redis refuses it (a ``retry``/``dead`` of another type: fail.lua). For a job of a task
-(tracking.py): its state there, moved by the same script that ends its run, and its messages.
+finding the job class (ActiveJob's wrapped one included) and how it runs (``kind``: a sync
+``perform`` on a thread, an ``async def perform`` as a task on the process's event loop, or a
+class that opted out of threads with ``queued_options = {"threads": False}``, alone), its time
+limit, the server middleware chain, the job's log context (every line logged while it runs
+carries its class and jid), its record in the slot table, its metrics, and for a job of a task
+its working mark and its ``say()`` lines. How the run ends in Redis is outcomes.py's.
 
-Does not own fetching, signals or the worker's loop (worker.py).
+Everything that belongs to one job lives in the job's own context (``contextvars``: per thread
+and per asyncio task), never in this object or a module global: a worker of many jobs at once
+runs many of them through this one Runner (a ``Lane`` names where each runs: its slot record,
+its title, its time limit). A worker of one job at a time passes its one Lane, whose time limit
+is SIGALRM (timeout.job_timeout), exactly as before threads existed.
+
+Does not own fetching, signals or the worker's loop (worker.py, dispatch.py).
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
 import logging
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
-import redis
-
-from .. import events
 from .. import activejob, ops, tracking
-from . import retry
 from . import log as logsetup
 from .. import payload as codec
-from ..errors import JobFailed, PayloadError, UnknownJobClass
-from .fetch import GONE, REFUSED, Fetcher, Reservation
+from ..errors import JobTimeout, PayloadError, UnknownJobClass
+from .fetch import Reservation
 from ..job import registry
 from ..middleware import server_middleware
+from .guards import rescheduled
+from .outcomes import Outcomes, call_hook
 from .timeout import job_timeout
 
 log = logging.getLogger("queued.worker")
@@ -35,55 +43,107 @@ log = logging.getLogger("queued.worker")
 #: A job class whose recent runs took this long (or is new) counts as possibly slow: the acks of
 #: the jobs finished before it are written before it starts (see _release_finished).
 SLOW_JOB = 0.002
-#: Redis outage backoff: first wait, cap (seconds).
-BACKOFF_START, BACKOFF_MAX = 0.1, 5.0
-#: Seconds between attempts to write a failure Redis refused (its target key holds another
-#: type): the job stays reserved meanwhile (fail.lua).
-HELD_RETRY = 5.0
-#: A condition every worker meets is logged at most this often (seconds) by the whole daemon.
-LOG_INTERVAL = 60.0
+#: How a job runs (Runner.kind): a sync perform on a thread; an async one on the event loop;
+#: alone, in the process's main thread (a class with ``threads: False``, or a suspect of a
+#: crash that had many jobs in flight: recovery.py).
+SYNC, ASYNC, SOLO = "sync", "async", "solo"
+
+#: (task id, jid) of the job of a task running in this thread or task, for say().
+_task: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "queued_task", default=None)
+
+
+class _NoTitle:
+    """A lane of a worker of many jobs at once: the process title counts its jobs instead."""
+
+    def busy(self, job_class: str) -> None:
+        pass
+
+    def idle(self) -> None:
+        pass
+
+
+NO_TITLE = _NoTitle()
+
+
+class Lane(NamedTuple):
+    """Where one job runs. ``timeout`` is a context manager factory ``(seconds, description)``:
+    SIGALRM's job_timeout in a main thread, a LaneTimer (timeout.py) on a job thread."""
+    number: int
+    writer: object
+    title: object
+    timeout: Callable
+
+
+class _Run(NamedTuple):
+    """What the start of a run found out, for its end."""
+    res: Reservation
+    msg: dict
+    name: str
+    shown: str  # the class to show (ActiveJob's wrapped one: codec.job_class_name)
+    cls: type | None
+    args: list
+    kwargs: dict
+    timeout: float | None
+    task_id: str | None
 
 
 class Runner:
-    def __init__(self, config, keys, slot: int, fetcher: Fetcher, writer, title, notes,
+    def __init__(self, config, keys, identity: str, slot: int, ends, lane: Lane, notes,
                  joblog, outage: Callable[[Exception, float], None],
-                 stopping: Callable[[], bool], recorder=None):
+                 stopping: Callable[[], bool], recorder=None, offload_ends: bool = False):
         self.config = config
         self.keys = keys
         self.slot = slot
-        self.fetcher = fetcher
-        self.writer = writer
-        self.title = title
-        self.notes = notes
+        self.ends = ends          # fetch.Fetcher (one job at a time) or sharedends.SharedEnds
+        self.lane = lane          # the worker's own lane (one job at a time)
         self.joblog = joblog
-        self.outage = outage        # the worker's "Redis is away: log once, back off" step
-        self.stopping = stopping
         self.recorder = recorder  # per-class metrics (metrics.Recorder), or None
-        #: Failures Redis refused to store (fail.lua): (reservation, kind, score, payload,
-        #: queue, task move).
-        self.held: list[tuple[Reservation, str, float, str | bytes, str,
-                              tracking.Move | None]] = []
-        self.lease_key = keys.lease(fetcher.identity)
+        self.outcomes = Outcomes(config, keys, slot, ends, notes, joblog, outage, stopping)
+        self.lease_key = keys.lease(identity)
         self.lease_ms = int(config.lease_timeout * 1000)
         ops.set_toucher(self._touch)
         ops.set_sayer(self._say)
-        self.task: tuple[str, str] | None = None  # (task id, jid) of the job running now
-        self.next_held_retry = 0.0
         self.shapes: set[frozenset] = set()  # payload key sets seen without a jid (logged once)
         self._class_timeouts: dict[type, float | None] = {}
+        self._kinds: dict[type, str] = {}
         self._durations: dict[str, float] = {}  # job class -> recent run time (seconds)
+        #: Writes the ends of async jobs that need Redis (other async jobs share the loop):
+        #: one thread, so they go out in order and need no more than one connection
+        self.ends_executor = (concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="queued-ends") if offload_ends else None)
+        self._loop: asyncio.AbstractEventLoop | None = None  # (one job at a time: its own)
+
+    @property
+    def held(self) -> list:
+        return self.outcomes.held
+
+    def write_held(self) -> None:
+        self.outcomes.write_held()
 
     # --- one job -------------------------------------------------------------------------------
-    def process(self, res: Reservation) -> None:
-        msg = self._parse(res)
+    def process(self, res: Reservation, lane: Lane | None = None, held: int = 0) -> None:
+        """Run one job to its end on this thread. ``held``: jobs reserved behind it."""
+        lane = lane or self.lane
+        msg = self.parse(res, lane)
         if msg is None:
             return
         try:
-            self._run(res, msg)
+            if self._kind(registry.lookup(_name(msg))) == ASYNC:
+                self._run_on_loop(res, msg, lane)
+            else:
+                self.run(res, msg, lane, held)
         finally:
             logsetup.set_context("")
 
-    def _parse(self, res: Reservation) -> dict | None:
+    def _run_on_loop(self, res: Reservation, msg: dict, lane: Lane) -> None:
+        """An async job in a worker of one job at a time: on this process's own event loop
+        (made at its first async job, kept for the next: its clients and pools live on)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        self._loop.run_until_complete(self.run_async(res, msg, lane))
+
+    def parse(self, res: Reservation, lane: Lane | None = None) -> dict | None:
         """The job as a dict, or None once an unusable payload went to dead."""
         msg = None
         try:
@@ -93,14 +153,121 @@ class Runner:
             msg = codec.loads(res.payload)
             codec.validate(msg)
         except PayloadError as e:
-            self._reject(res, msg, e)
+            self.outcomes.reject(res, msg, e, (lane or self.lane).writer)
             return None
         if "jid" not in msg:
             msg["jid"] = codec.derived_jid(res.payload)
             self._no_jid(res.queue, msg)
         return msg
 
-    def _run(self, res: Reservation, msg: dict) -> None:
+    def kind(self, msg: dict) -> str:
+        """SYNC, ASYNC or SOLO (see there), for a parsed job."""
+        kind = self._kind(registry.lookup(_name(msg)))
+        # a suspect of a crash of many jobs, or a job that killed its worker before: alone,
+        # where another crash is its own (recovery.py)
+        return SOLO if codec.SUSPECT in msg or codec.CRASHES in msg else kind
+
+    def is_async(self, msg: dict) -> bool:
+        return inspect.iscoroutinefunction(getattr(registry.lookup(_name(msg)), "perform", None))
+
+    def _kind(self, cls) -> str:
+        if cls is None:
+            return SYNC  # (it fails at once: UnknownJobClass)
+        kind = self._kinds.get(cls)
+        if kind is None:  # options are fixed once the class exists
+            if cls.get_options().get("threads") is False:
+                kind = SOLO
+            else:
+                kind = ASYNC if inspect.iscoroutinefunction(cls.perform) else SYNC
+            self._kinds[cls] = kind
+        return kind
+
+    def guarded(self, res: Reservation, msg: dict) -> bool:
+        """Issue 21's checks as a job starts (guards.py): False when it is not to run now
+        (expired, or put off: a copy holds its unique lock). Only for a job that has
+        ``expires_at`` or ``unique_for``: the caller checks."""
+        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], queue=res.queue))
+        return self.outcomes.guards.before(res, msg, registry.lookup(_name(msg)),
+                                           tracking.task_id_of(msg))
+
+    def run(self, res: Reservation, msg: dict, lane: Lane, held: int = 0) -> None:
+        """A parsed job, sync, on this thread."""
+        if ("expires_at" in msg or "unique_for" in msg) and not self.guarded(res, msg):
+            return
+        run = self._begin(res, msg, lane, held)
+        start = time.monotonic()
+        job, error = None, None
+        try:
+            job = self._instance(run)
+            with lane.timeout(run.timeout, f"{msg['class']} (jid {msg['jid']})"):
+                server_middleware.invoke(job, msg, res.queue,
+                                         lambda: job.perform(*run.args, **run.kwargs))
+        except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
+            error = e
+            if lane.number:  # a lane's failure may take a while to write: see run_async
+                lane.writer.ending()
+        hook = self._ended(run, lane, error, time.monotonic() - start)
+        call_hook(job, hook, *(() if error is None else (error,)))
+        self._done(run, lane, error)
+
+    async def run_async(self, res: Reservation, msg: dict, lane: Lane) -> None:
+        """A parsed job whose perform is ``async def``, as a task on the event loop: its time
+        limit cancels it; its end is written on a thread of the loop's executor (a Redis
+        round trip, or a retry through an outage, must not hold up the loop)."""
+        if "expires_at" in msg or "unique_for" in msg:  # (a Redis call: off the loop)
+            if self.ends_executor is not None:
+                ctx = contextvars.copy_context()
+                go = await asyncio.get_running_loop().run_in_executor(
+                    self.ends_executor, ctx.run, self.guarded, res, msg)
+            else:
+                go = self.guarded(res, msg)
+            if not go:
+                logsetup.set_context("")
+                return
+        run = self._begin(res, msg, lane, 0)
+        start = time.monotonic()
+        job, error = None, None
+        task = asyncio.current_task()
+        expired = []
+        handle = None
+        if run.timeout:
+            handle = asyncio.get_running_loop().call_later(
+                run.timeout, lambda: (expired.append(True), task.cancel()))
+        try:
+            job = self._instance(run)
+            await server_middleware.invoke_async(job, msg, res.queue,
+                                                 lambda: job.perform(*run.args, **run.kwargs))
+        except BaseException as e:  # noqa: BLE001 - as run()
+            error = e
+            if expired and isinstance(e, asyncio.CancelledError):
+                if hasattr(task, "uncancel"):
+                    task.uncancel()
+                error = JobTimeout(f"{msg['class']} (jid {msg['jid']}) exceeded its "
+                                   f"{run.timeout:g}s timeout and was cancelled")
+                error.__traceback__ = e.__traceback__
+        finally:
+            if handle is not None:
+                handle.cancel()
+        elapsed = time.monotonic() - start
+        if self.ends_executor is not None and (error is not None or run.task_id is not None):
+            # Its end is a Redis round trip (or retried through an outage): on the ends
+            # thread, not the loop. Its run is over: its time limit no longer applies.
+            lane.writer.ending()
+            ctx = contextvars.copy_context()  # the job's log context goes with its end
+            hook = await asyncio.get_running_loop().run_in_executor(
+                self.ends_executor, ctx.run, self._ended, run, lane, error, elapsed)
+        else:  # an ack (queued for the dispatcher: sharedends.py), or this job is alone
+            hook = self._ended(run, lane, error, elapsed)
+        result = call_hook(job, hook, *(() if error is None else (error,)))
+        if inspect.isawaitable(result):
+            try:
+                await result
+            except Exception:  # noqa: BLE001 - as call_hook
+                log.exception("%s hook raised", hook)
+        self._done(run, lane, error)
+        logsetup.set_context("")
+
+    def _begin(self, res: Reservation, msg: dict, lane: Lane, held: int) -> _Run:
         name, args, kwargs = msg["class"], msg["args"], {}
         if activejob.is_wrapped(msg):
             name, (args, kwargs) = activejob.job_name(msg), activejob.arguments(msg)
@@ -108,118 +275,65 @@ class Runner:
         self._release_finished(msg["class"])
         timeout = self._timeout(msg, cls)
         shown = codec.job_class_name(msg)
-        self.writer.begin(msg["jid"], res.queue, shown, timeout)
-        self.title.busy(shown)
-        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], queue=res.queue))
+        lane.writer.begin(msg["jid"], res.queue, shown, timeout, held)
+        lane.title.busy(shown)
+        logsetup.set_context(logsetup.job_context(shown, msg["jid"], queue=res.queue))
         task_id = tracking.task_id_of(msg)
         if task_id is not None:
             self._working(task_id, msg, res.queue)
-        start = time.monotonic()
-        job, error = None, None
-        try:
-            if cls is None:
-                raise UnknownJobClass(f"uninitialized constant {name}: no job class "
-                                      f"named {name!r} is registered in this process")
-            job = cls()
-            job.jid, job.queue, job.msg, job.task_id = msg["jid"], res.queue, msg, task_id
-            with job_timeout(timeout, f"{msg['class']} (jid {msg['jid']})"):
-                server_middleware.invoke(job, msg, res.queue,
-                                         lambda: job.perform(*args, **kwargs))
-        except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
-            error = e
-        self.task = None
-        elapsed = time.monotonic() - start
+        return _Run(res, msg, name, shown, cls, args, kwargs, timeout, task_id)
+
+    def _instance(self, run: _Run):
+        if run.cls is None:
+            raise UnknownJobClass(registry.missing(run.name))
+        job = run.cls()
+        job.jid, job.queue, job.msg, job.task_id = (run.msg["jid"], run.res.queue, run.msg,
+                                                    run.task_id)
+        return job
+
+    def _ended(self, run: _Run, lane: Lane, error: BaseException | None,
+               elapsed: float) -> str | None:
+        """Its end written (outcomes.py); the hook to call."""
+        _task.set(None)
+        msg = run.msg
         self._learn(msg["class"], elapsed)
-        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], elapsed, res.queue))
-        self._ended(res, msg, cls, job, error, task_id)
-        failed = error is not None and not isinstance(error, ops.Release)
+        logsetup.set_context(logsetup.job_context(run.shown, msg["jid"], elapsed,
+                                                  run.res.queue))
+        hook = self.outcomes.end(run.res, msg, run.cls, error, run.task_id)
         if self.recorder is not None:
-            self.recorder.record(msg, res.queue, elapsed, failed)
-        self.writer.end(failed)
+            self.recorder.record(msg, run.res.queue, elapsed,
+                                 error is not None and not isinstance(error, ops.Release)
+                                 and not rescheduled(error))
+        return hook
 
-    def _ended(self, res: Reservation, msg: dict, cls, job, error: BaseException | None,
-               task_id: str | None) -> None:
-        if error is None:
-            self._succeeded(res, msg, job, task_id)
-        elif isinstance(error, ops.Release):
-            self._released(res, msg, error.delay, task_id)
-        elif isinstance(error, ops.Bury):
-            self._buried(res, msg, error.reason, task_id)
-        elif isinstance(error, JobFailed):
-            self._job_failed(res, msg, error, task_id)
-        else:
-            self._failed(res, msg, cls, error, task_id)
-            self._hook(job, "after_failed", error)
-
-    def _succeeded(self, res: Reservation, msg: dict, job, task_id: str | None) -> None:
-        claimed = self._claimed(res, True)
-        if claimed is None:
-            pass
-        elif task_id is None:
-            self.fetcher.ack(claimed)
-        else:  # its ack and its state in the task, in one step, sent ahead like an ack
-            self.fetcher.finish_ahead(claimed, tracking.Move(task_id, msg["jid"], "finished"))
-        self._hook(job, "after_succeeded")
-        if self.config.job_logging:
+    def _done(self, run: _Run, lane: Lane, error: BaseException | None) -> None:
+        if error is None and self.config.job_logging:
             self.joblog.done()
+        lane.writer.end(error is not None and not isinstance(error, ops.Release)
+                        and not rescheduled(error))
 
+    # --- a job of a task, job operations ------------------------------------------------------
     def _working(self, task_id: str, msg: dict, queue: str) -> None:
         """Mark a job of a task working as it starts, sent ahead (no wait). Its state only: if
         Redis fails us here the job runs anyway, and its end writes its state for good."""
-        self.task = (task_id, msg["jid"])
+        _task.set((task_id, msg["jid"]))
         ks, args = tracking.mark_call(self.keys, tracking.Move(task_id, msg["jid"], "working"),
                                       tracking.record_json(msg, queue))
-        self.fetcher.send_ahead(tracking.TASK_MARK, ks, args, keep=False)
+        self.ends.send_ahead(tracking.TASK_MARK, ks, args, keep=False)
 
     def _say(self, text: str) -> None:
         """ops.say inside a job of a task: a line in the job's message log there, sent ahead
         (a log past its cap ends with a line saying later ones were dropped)."""
-        if self.task is not None:
-            ks, args = tracking.say_call(self.keys, *self.task, text)
-            self.fetcher.send_ahead(tracking.TASK_SAY, ks, args, keep=False)
-
-    def _job_failed(self, res: Reservation, msg: dict, error: JobFailed,
-                    task_id: str | None) -> None:
-        """A business failure (queued.JobFailed): never retried. A job of a task ends there,
-        failed, with the reason; any other goes to dead, where an operator sees it."""
-        if task_id is None:
-            outcome = retry.failed_for_good(msg, error, res.queue)
-            log.warning("failed: %s -> dead (JobFailed is not retried)", error.reason)
-            self._record(res, "dead", outcome.score, outcome.payload)
-            return
-        log.warning("failed: %s (JobFailed: not retried)", error.reason)
-        err = tracking.error_json("JobFailed", error.reason, final=True)
-        self._record(res, "drop", time.time(), "",
-                     task=tracking.Move(task_id, msg["jid"], "failed", err))
+        task = _task.get()
+        if task is not None:
+            ks, args = tracking.say_call(self.keys, *task, text)
+            self.ends.send_ahead(tracking.TASK_SAY, ks, args, keep=False)
 
     def _touch(self) -> bool:
         """ops.touch inside a job: renew the master's lease from here (see ops.py)."""
-        return self.fetcher.renew_lease(self.lease_key, self.lease_ms)
+        return self.ends.renew_lease(self.lease_key, self.lease_ms)
 
-    def _released(self, res: Reservation, msg: dict, delay: float,
-                  task_id: str | None) -> None:
-        """The job released itself: back to its queue now, or scheduled ``delay`` seconds
-        out; no failure counted, its release counted in the payload."""
-        now = time.time()
-        task = None if task_id is None else tracking.Move(task_id, msg["jid"], "enqueued")
-        msg = {k: v for k, v in msg.items() if k != codec.CRASHES}
-        msg[ops.RELEASES] = _count(msg.get(ops.RELEASES)) + 1
-        if delay > 0:
-            log.info("released: runs again in %gs", delay)
-            self._record(res, "later", now + delay, codec.dumps(msg), task=task)
-        else:
-            msg["enqueued_at"] = now
-            log.info("released: back in queue %s", res.queue)
-            self._record(res, "queue", now, codec.dumps(msg), queue=res.queue, task=task)
-
-    def _buried(self, res: Reservation, msg: dict, reason: str, task_id: str | None) -> None:
-        """The job buried itself: to dead now, with the reason, its bury counted."""
-        outcome = retry.buried(msg, reason, res.queue)
-        outcome.msg[ops.BURIES] = _count(msg.get(ops.BURIES)) + 1
-        log.warning("buried: %s -> dead", reason)
-        self._record(res, "dead", outcome.score, outcome.payload,
-                     task=tracking.failure(task_id, outcome.msg, True, ops.Bury(reason)))
-
+    # --- what the runner learns ----------------------------------------------------------------
     def _no_jid(self, queue: str, msg: dict) -> None:
         """A job without a jid runs under one made from its bytes (the master finds it by the
         same jid: recovery.current_job). Each producer shape (queue and keys) is logged once."""
@@ -236,7 +350,7 @@ class Runner:
         while it runs. Before a job known to be short they ride with the batch's next
         reserve call instead: one write less per job is most of a short job's overhead."""
         if self._durations.get(job_class, SLOW_JOB) >= SLOW_JOB:
-            self.fetcher.send_acks()
+            self.ends.send_acks()
             self.joblog.flush()
 
     def _learn(self, job_class: str, elapsed: float) -> None:
@@ -257,111 +371,11 @@ class Runner:
                 return self._class_timeouts[cls]
         return self.config.job_timeout
 
-    def _hook(self, job, name: str, *args) -> None:
-        if job is None:
-            return
-        try:
-            getattr(job, name)(*args)
-        except Exception:  # noqa: BLE001 - a broken hook must not fail a finished job
-            log.exception("%s hook raised", name)
 
-    # --- failures ------------------------------------------------------------------------------
-    def _failed(self, res: Reservation, msg: dict, cls, error: BaseException,
-                task_id: str | None) -> None:
-        outcome = retry.decide(msg, error, res.queue, job_class=cls,
-                               max_retries=self.config.max_retries)
-        # The traceback helps with a bug in the job, and with a timeout (it shows where the
-        # job was when SIGALRM came); for an unknown class the one line says everything.
-        trace = None if isinstance(error, UnknownJobClass) else error
-        log.warning("fail: %s: %s -> %s", type(error).__qualname__, error,
-                    retry.describe(outcome, self.config.max_retries), exc_info=trace)
-        events.report(error, {"job": msg, "queue": res.queue, "outcome": outcome.kind})
-        self._record(res, outcome.kind, outcome.score, outcome.payload,
-                     task=tracking.failure(task_id, outcome.msg, outcome.kind != "retry", error))
-
-    def _reject(self, res: Reservation, msg: dict | None, err: PayloadError) -> None:
-        """A queue element that is not a usable job goes to dead, with the reason logged and,
-        when it is a JSON object, written into it (error_class, error_message) so Sidekiq's
-        Web UI and queued's tools show why; anything else goes as it came (Sidekiq does the
-        same for invalid JSON). Nothing is dropped."""
-        log.error("queue=%s unusable payload sent to dead: %s: %.200r", res.queue, err,
-                  res.payload)
-        now = time.time()
-        data = res.payload if msg is None else retry.rejected(msg, err, res.queue, now).payload
-        self.writer.begin("", res.queue, "?", None)
-        self._record(res, "dead", now, data)
-        self.writer.end(True)
-
-    def _claimed(self, res: Reservation, succeeded: bool) -> Reservation | None:
-        """The reservation to ack or fail: a job started as it landed gets it only now."""
-        return res if res.member else self.fetcher.claim(res.payload, succeeded)
-
-    def _record(self, res: Reservation, kind: str, score: float, data, queue: str = "",
-                task: tracking.Move | None = None) -> None:
-        """Write a failure (or a release, or the end of a job of a task); during a Redis
-        outage keep trying (the job stays reserved until this succeeds, and the master
-        requeues it if we exit first)."""
-        claimed = self._claimed(res, False)
-        if claimed is None:
-            return  # not confirmed as ours: it is handed out again and runs again
-        res = claimed
-        backoff = BACKOFF_START
-        while True:
-            try:
-                written = self.fetcher.fail(res, kind, score, data, queue, task)
-                break
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
-                if self.stopping():
-                    raise
-                self.outage(e, backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX)
-        if written == REFUSED:
-            self._hold(res, kind, score, data, queue, task)
-        elif written == GONE:
-            # Its reservation was gone: another master put the job back after this master's
-            # lease expired (frozen, or cut off from Redis). Writing the failure too would keep
-            # it in two places; it runs again from its queue.
-            log.warning("a job's reservation was gone as its run ended (recovered after a "
-                        "lease expiry); its end (%s) is not recorded, it runs again", kind)
-
-    def _hold(self, res: Reservation, kind: str, score: float, data, queue: str = "",
-              task: tracking.Move | None = None) -> None:
-        """The failure's target key holds another Redis type: the job stays reserved (marked,
-        so it is not handed out again) and the write is tried again every HELD_RETRY seconds.
-        If this worker exits first, the master puts the job back in its queue."""
-        self.held.append((res, kind, score, data, queue, task))
-        if not self.next_held_retry:
-            self.next_held_retry = time.monotonic() + HELD_RETRY
-        target = "retry" if kind == "retry" else "dead"
-        if self.notes.due(("key", target), LOG_INTERVAL):
-            key = {"later": self.keys.schedule, "queue": self.keys.queue(queue)}.get(
-                kind, getattr(self.keys, target))
-            if task is not None and kind in ("drop", "dead"):
-                # (or the end would complete its task, whose callback queue is the bad key)
-                key = ", ".join(tracking.blocked_keys(self.fetcher.redis, self.keys,
-                                                      task.task_id) or [key])
-            log.error("key %s holds another Redis type (WRONGTYPE): failed or released "
-                      "jobs stay reserved until it is fixed (%d held by worker %d)",
-                      key, len(self.held), self.slot)
-
-    def write_held(self) -> None:
-        """Try the held failures again, if it is time."""
-        if not self.held or time.monotonic() < self.next_held_retry:
-            return
-        held, self.held, self.next_held_retry = self.held, [], 0.0
-        for i, (res, kind, score, data, queue, task) in enumerate(held):
-            try:
-                written = self.fetcher.fail(res, kind, score, data, queue, task)
-            except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError):
-                self.held.extend(held[i:])  # the loop's outage handling takes it from here
-                self.next_held_retry = time.monotonic() + HELD_RETRY
-                raise
-            if written == REFUSED:
-                self._hold(res, kind, score, data, queue, task)
-            else:
-                log.info("the failure of a held job (%s) is written now", kind)
+def _name(msg: dict) -> str:
+    return activejob.job_name(msg) if activejob.is_wrapped(msg) else msg["class"]
 
 
-def _count(value) -> int:
-    """A payload's counter (release_count, bury_count) as an int: 0 when absent or unusable."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+def single_lane(writer, title) -> Lane:
+    """The one lane of a worker of one job at a time: its record, its title, SIGALRM."""
+    return Lane(0, writer, title, job_timeout)

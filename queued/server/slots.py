@@ -1,12 +1,17 @@
 """The slot table: what each worker is doing, in memory shared by the master and its workers.
 
-The master maps one anonymous shared region before forking; worker N writes only record N,
-the master only reads (except ``reset``, called while no worker owns the record). Writes are
-plain stores, a few microseconds per job, and never touch Redis: the master turns this table
-into heartbeats, stats and process titles, and uses it to find workers that overran their
-job timeout or went silent.
+The master maps one anonymous shared region before forking. Each worker slot has one record,
+or, when a process runs many jobs at once (``threads`` > 1), one record for the process (its
+dispatcher's: pid, liveness tick, jobs reserved but not started, its event loop's lag) and one
+per job lane (lane N is record N: what the job on thread N, or on the loop as lane N, is
+doing). A worker of one job at a time writes its one record (record 0) exactly as before, so
+the ``threads: 1`` path does not change. Each record has one writer (the worker's thread that
+owns the lane while its job runs, or its main thread); the master only reads (except
+``reset``, called while no worker owns the slot). Writes are plain stores, a few microseconds
+per job, and never touch Redis: the master turns this table into heartbeats, stats and process
+titles, and uses it to find jobs that overran their timeout and workers that went silent.
 
-A sequence counter makes the strings consistent to read (a seqlock): the writer makes it odd
+A sequence counter makes a record consistent to read (a seqlock): the writer makes it odd
 before a change and even after; a reader retries while it is odd or has moved.
 """
 from __future__ import annotations
@@ -14,8 +19,7 @@ from __future__ import annotations
 import mmap
 import struct
 import time
-from dataclasses import dataclass
-from typing import Hashable, Iterable
+from typing import Hashable, Iterable, NamedTuple
 
 IDLE, BUSY = 0, 1
 
@@ -25,6 +29,13 @@ def slot_count(concurrency: int) -> int:
     being replaced keeps its slot (and the jobs it holds there) until its successor is up in
     the spare (rolling.py)."""
     return concurrency + 1 if concurrency else 0
+
+
+def records_per_slot(lanes: int) -> int:
+    """One record for a worker of one job at a time; the process's and one per lane else."""
+    return 1 if lanes <= 1 else lanes + 1
+
+
 #: Seconds a reader waits for a live writer to finish a write before taking the record as is.
 READ_PATIENCE = 1.0
 
@@ -32,15 +43,17 @@ READ_PATIENCE = 1.0
 # struct.pack_into zero-fills its whole region before writing the fields, so a counter inside
 # the body would read as 0 (even, "stable") in the middle of a write.
 _SEQ = struct.Struct("<Q")
-# pid, state, started_at (wall, shown to people), started (monotonic, for timeouts), tick
-# (monotonic), timeout, processed, failed, jid, queue, class. CLOCK_MONOTONIC is one clock for
-# every process of a host, so the master can compare a worker's monotonic stamps with its own.
-_BODY = struct.Struct("<qB7xddddQQ24s64s128s")
+# pid, state, held (jobs reserved, not started), started_at (wall, shown to people), started
+# (monotonic, for timeouts), tick (monotonic), timeout, lag (seconds the process's event loop
+# has been late, its dispatcher's record only), processed, failed, jid, queue, class.
+# CLOCK_MONOTONIC is one clock for every process of a host, so the master can compare a
+# worker's monotonic stamps with its own.
+_BODY = struct.Struct("<qB3xIdddddQQ24s64s128s")
 _SIZE = _SEQ.size + _BODY.size
+_TIMEOUT_AT = struct.calcsize("<qB3xIddd")  # the timeout field's offset in the body
 
 
-@dataclass(frozen=True)
-class SlotView:
+class SlotView(NamedTuple):
     slot: int
     pid: int
     state: int
@@ -53,6 +66,9 @@ class SlotView:
     jid: str
     queue: str
     job_class: str
+    record: int = 0  # 0: the worker's own (its one job's, or its process's); N: lane N
+    held: int = 0
+    lag: float = 0.0
 
     @property
     def busy(self) -> bool:
@@ -72,33 +88,40 @@ def stored_jid(jid: str) -> str:
     return _s(_b(jid, 24))
 
 
-class SlotTable:
-    def __init__(self, count: int):
-        self.count = count
-        self.mem = mmap.mmap(-1, max(1, count) * _SIZE)
+def _view(slot: int, record: int, fields: tuple) -> SlotView:
+    pid, state, held, started_at, started, tick, timeout, lag, processed, failed, jid, queue, \
+        klass = fields
+    return SlotView(slot, pid, state, started_at, started, tick, timeout, processed, failed,
+                    _s(jid), _s(queue), _s(klass), record, held, lag)
 
-    def _off(self, slot: int) -> int:
-        return slot * _SIZE
+
+class SlotTable:
+    def __init__(self, count: int, lanes: int = 1):
+        self.count = count
+        self.lanes = lanes
+        self.per_slot = records_per_slot(lanes)
+        self.mem = mmap.mmap(-1, max(1, count * self.per_slot) * _SIZE)
+
+    def _off(self, slot: int, record: int = 0) -> int:
+        return (slot * self.per_slot + record) * _SIZE
 
     def reset(self, slot: int, pid: int = 0) -> None:
-        """Only while no worker owns the record: before a fork, never after it (the child may
+        """Only while no worker owns the slot: before a fork, never after it (the child may
         already have written its first job into it), or after a reap."""
-        off = self._off(slot)
-        counts = self._counts(slot)
-        _SEQ.pack_into(self.mem, off, 0)
-        _BODY.pack_into(self.mem, off + _SEQ.size, pid, IDLE, 0.0, 0.0, time.monotonic(), 0.0,
-                        *counts, b"", b"", b"")
+        for record in range(self.per_slot):
+            off = self._off(slot, record)
+            v = self.read(slot, writer_alive=False, record=record)
+            _SEQ.pack_into(self.mem, off, 0)
+            _BODY.pack_into(self.mem, off + _SEQ.size, pid, IDLE, 0, 0.0, 0.0, time.monotonic(),
+                            0.0, 0.0, v.processed, v.failed, b"", b"", b"")
 
-    def _counts(self, slot: int) -> tuple[int, int]:
-        v = self.read(slot, writer_alive=False)
-        return v.processed, v.failed
-
-    def read(self, slot: int, writer_alive: bool = True) -> SlotView:
-        """A consistent copy of the record. ``writer_alive=False`` (the worker has been reaped)
-        reads once: a writer killed mid-write leaves the sequence odd for ever, and spinning on
-        it hung the master. A live writer finishes within microseconds; READ_PATIENCE only
-        bounds the wait if it was frozen (SIGSTOP) in the middle of a write."""
-        off = self._off(slot)
+    def read(self, slot: int, writer_alive: bool = True, record: int = 0) -> SlotView:
+        """A consistent copy of one record. ``writer_alive=False`` (the worker has been
+        reaped) reads once: a writer killed mid-write leaves the sequence odd for ever, and
+        spinning on it hung the master. A live writer finishes within microseconds;
+        READ_PATIENCE only bounds the wait if it was frozen (SIGSTOP) in the middle of a
+        write."""
+        off = self._off(slot, record)
         give_up = time.monotonic() + READ_PATIENCE
         while True:
             before = _SEQ.unpack_from(self.mem, off)[0]
@@ -109,22 +132,49 @@ class SlotTable:
             if time.monotonic() > give_up:
                 break
             time.sleep(0)
-        pid, state, started_at, started, tick, timeout, processed, failed, jid, queue, klass = \
-            fields
-        return SlotView(slot, pid, state, started_at, started, tick, timeout, processed, failed,
-                        _s(jid), _s(queue), _s(klass))
+        return _view(slot, record, fields)
+
+    def slot_views(self, slot: int, writer_alive: bool = True) -> list[SlotView]:
+        """Every record of one slot (see ``_bulk``)."""
+        return self._bulk(slot, slot + 1, writer_alive)
 
     def views(self) -> list[SlotView]:
-        return [self.read(i) for i in range(self.count)]
+        """Every record of every slot: busy counts and sums (processed, failed) over these
+        count each job lane once; the process records of threaded workers are never busy."""
+        return self._bulk(0, self.count, True)
+
+    def _bulk(self, first: int, last: int, writer_alive: bool) -> list[SlotView]:
+        """Records of slots first..last-1 from three copies of their region: the sequence
+        counters of the first and the third bracket the body of the second (memcpy reads in
+        no set order within one copy, but the copies follow one another), so a record whose
+        counter is even and the same in both was read whole; any other is read on its own."""
+        start, stop = self._off(first), self._off(last)
+        before = self.mem[start:stop]
+        body = self.mem[start:stop] if writer_alive else before
+        after = self.mem[start:stop] if writer_alive else before
+        out = []
+        per = self.per_slot
+        for i in range((stop - start) // _SIZE):
+            off = i * _SIZE
+            slot, record = divmod(first * per + i, per)
+            if writer_alive and (before[off] & 1 or before[off:off + 8] != after[off:off + 8]):
+                out.append(self.read(slot, True, record))
+                continue
+            out.append(_view(slot, record, _BODY.unpack_from(body, off + _SEQ.size)))
+        return out
+
+    def processed(self, slot: int) -> int:
+        """Jobs the workers of a slot have finished, all lanes together."""
+        return sum(v.processed for v in self.slot_views(slot, writer_alive=False))
 
 
 class SlotWriter:
-    """A worker's handle on its own record."""
+    """A worker's handle on one record: its own (record 0), or one job lane's."""
 
-    def __init__(self, table: SlotTable, slot: int, pid: int):
+    def __init__(self, table: SlotTable, slot: int, pid: int, record: int = 0):
         self.mem = table.mem
-        self.off = table._off(slot)
-        v = table.read(slot, writer_alive=False)
+        self.off = table._off(slot, record)
+        v = table.read(slot, writer_alive=False, record=record)
         seq = _SEQ.unpack_from(self.mem, self.off)[0]
         self.seq = seq + (seq & 1)  # a writer killed mid-write left it odd; start even
         self.pid = pid
@@ -132,12 +182,12 @@ class SlotWriter:
         self.failed = v.failed
 
     def _write(self, state: int, started_at: float, timeout: float, jid: str, queue: str,
-               klass: str) -> None:
+               klass: str, held: int = 0, lag: float = 0.0) -> None:
         self.seq += 1
         self._store_seq()
         now = time.monotonic()
-        _BODY.pack_into(self.mem, self.off + _SEQ.size, self.pid, state, started_at,
-                        now if state == BUSY else 0.0, now, timeout, self.processed,
+        _BODY.pack_into(self.mem, self.off + _SEQ.size, self.pid, state, held, started_at,
+                        now if state == BUSY else 0.0, now, timeout, lag, self.processed,
                         self.failed, _b(jid, 24), _b(queue, 64), _b(klass, 128))
         self.seq += 1
         self._store_seq()
@@ -147,8 +197,20 @@ class SlotWriter:
         # "stable" value) in the middle of a write.
         self.mem[self.off:self.off + 8] = self.seq.to_bytes(8, "little")
 
-    def begin(self, jid: str, queue: str, klass: str, timeout: float | None) -> None:
-        self._write(BUSY, time.time(), timeout or 0.0, jid, queue, klass)
+    def begin(self, jid: str, queue: str, klass: str, timeout: float | None,
+              held: int = 0) -> None:
+        """A job starts; ``held``: jobs reserved behind it, not started (batch.py)."""
+        self._write(BUSY, time.time(), timeout or 0.0, jid, queue, klass, held)
+
+    def ending(self) -> None:
+        """The job has run; its end is being written (by another thread): still busy, its
+        time limit no longer counts (the master must not kill for a slow write)."""
+        off = self.off + _SEQ.size
+        self.seq += 1
+        self._store_seq()
+        struct.pack_into("<d", self.mem, off + _TIMEOUT_AT, 0.0)
+        self.seq += 1
+        self._store_seq()
 
     def end(self, failed: bool) -> None:
         self.processed += 1
@@ -156,9 +218,11 @@ class SlotWriter:
             self.failed += 1
         self._write(IDLE, 0.0, 0.0, "", "", "")
 
-    def tick(self) -> None:
-        """Prove liveness while idle (the master kills workers that go silent)."""
-        self._write(IDLE, 0.0, 0.0, "", "", "")
+    def tick(self, held: int = 0, lag: float = 0.0, blocker: str = "") -> None:
+        """Prove liveness while idle (the master kills workers that go silent). The process
+        record of a worker of many jobs also says what it holds unstarted, its event loop's
+        lag and, while the loop is stuck, the jid of the job it is stuck in (watchdog.py)."""
+        self._write(IDLE, 0.0, 0.0, blocker, "", "", held, lag)
 
 
 class Notes:

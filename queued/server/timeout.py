@@ -1,4 +1,7 @@
-"""The soft job time limit: SIGALRM inside the worker raises JobTimeout in the job.
+"""The soft job time limit: SIGALRM inside the worker raises JobTimeout in the job (a worker of
+one job at a time, and a job that runs alone in a worker's main thread); LaneTimer on a job
+thread of a worker of many jobs at once (see below; an async job's limit cancels its task:
+runner.py).
 
 This is the first of three layers (STYLE.md principle 4): if the job blocks SIGALRM or
 swallows the exception, the master kills the worker at timeout + grace (master.py); if the
@@ -6,7 +9,10 @@ whole host dies, the master's lease expires (recovery.py).
 """
 from __future__ import annotations
 
+import ctypes
 import signal
+import threading
+import time
 
 from ..errors import JobTimeout
 
@@ -43,3 +49,80 @@ class job_timeout:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._previous or signal.SIG_DFL)
         return False
+
+
+# --- a job thread's time limit ---------------------------------------------------------------
+#
+# SIGALRM is per process and Python runs signal handlers in the main thread only, so a job on
+# one of a worker's job threads gets its JobTimeout another way: the worker's watchdog thread
+# (watchdog.py) raises it inside the job's thread with PyThreadState_SetAsyncExc, as
+# Dramatiq's TimeLimit does. CPython raises such an exception when that thread next runs
+# bytecode: at once for a job computing in Python, only once the call returns for a job
+# blocked in C (time.sleep, a socket read without a timeout). That is what the master's kill
+# at timeout + grace is for, as it is for a job that swallows the exception.
+
+# (A pointer, not a py_object: None must pass as NULL, which clears a pending one. The call
+# takes its own reference to the class.)
+_set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi))
+
+
+def _timeout_error(message: str) -> type:
+    """A JobTimeout class whose instances carry ``message`` (the call raises a class, which
+    CPython instantiates without arguments)."""
+    def __init__(self, *args):
+        JobTimeout.__init__(self, *(args or (message,)))
+    return type("JobTimeout", (JobTimeout,),
+                {"__init__": __init__, "__module__": JobTimeout.__module__})
+
+
+class LaneTimer:
+    """One job lane's time limit: ``with timer(seconds, description): job.perform()``.
+
+    ``expire()`` (the watchdog's) raises JobTimeout in the thread that entered, once, and only
+    while armed: the exit disarms under the same lock, and takes back an exception that was
+    raised in the thread but not yet delivered (the job returned first), so it can never
+    surface in the runner's own code after the job. A job that returned, or that caught the
+    exception and returned, has ended as it says."""
+
+    def __init__(self, on_arm=None):
+        self.lock = threading.Lock()
+        self.on_arm = on_arm      # the watchdog's wake-up, for a deadline sooner than it knew
+        self.seconds = None
+        self.description = "job"
+        self.deadline = 0.0       # monotonic; 0 while not armed
+        self.ident = 0
+        self.fired = False
+
+    def __call__(self, seconds: float | None, description: str = "job") -> LaneTimer:
+        self.seconds = seconds if seconds and seconds > 0 else None
+        self.description = description
+        return self
+
+    def __enter__(self):
+        if self.seconds is not None:
+            with self.lock:
+                self.ident = threading.get_ident()
+                self.fired = False
+                self.deadline = time.monotonic() + self.seconds
+            if self.on_arm is not None:
+                self.on_arm(self.deadline)
+        return self
+
+    def __exit__(self, *exc):
+        if self.seconds is not None:
+            with self.lock:
+                self.deadline = 0.0
+                if self.fired:
+                    _set_async_exc(self.ident, None)  # (NULL: clears one not yet raised)
+        return False
+
+    def expire(self, now: float) -> bool:
+        """Raise JobTimeout in the job's thread if its deadline has passed (once)."""
+        with self.lock:
+            if not self.deadline or self.fired or now < self.deadline:
+                return False
+            self.fired = True
+            error = _timeout_error(f"{self.description} exceeded its {self.seconds:g}s timeout")
+            _set_async_exc(self.ident, id(error))
+            return True

@@ -1,6 +1,7 @@
 """Process titles, so ``ps`` shows what each process is doing (Sidekiq's PROCTITLES):
 ``queued 0.1.0 TAG [3 of 10 busy] stopping`` for the master, ``queued 0.1.0 TAG worker 3:
-HardWorker`` for a worker. setproctitle is optional; without it titles are skipped."""
+HardWorker`` for a worker (``... worker 3 [5 of 25 busy]`` for one of many jobs at once).
+setproctitle is optional; without it titles are skipped."""
 from __future__ import annotations
 
 from .. import __version__
@@ -54,3 +55,7 @@ class WorkerTitle:
 
     def busy(self, job_class: str) -> None:
         self._show(f"{self.base}: {job_class}")
+
+    def count(self, busy: int, lanes: int) -> None:
+        """A worker of many jobs at once: ``queued 0.1.0 worker 3 [5 of 25 busy]``."""
+        self._show(f"{self.base} [{busy} of {lanes} busy]")

@@ -51,7 +51,7 @@ _CHANNEL = b"__redis__:invalidate"
 
 class Waker:
     def __init__(self, r: redis.Redis, keys: Keys, queues: Sequence[str], watch: Watch,
-                 horizon: float):
+                 horizon: float, serves=None):
         self.r = r
         self.keys = keys
         self.queues = tuple(queues)
@@ -60,6 +60,8 @@ class Waker:
         self.paused: set[int] = set()  # indexes of our queues paused now (cached)
         self.pauses_changed = True     # read the paused set at the next step
         self.watch = watch
+        #: (slot, queue name) -> whether that slot's worker serves the queue (queue groups)
+        self.serves = serves or (lambda slot, queue: True)
         #: A queue stays pending this long at most: by then an idle worker's block timed out
         #: and its reserve looked at every queue anyway (fetch_timeout).
         self.horizon = horizon
@@ -256,9 +258,15 @@ class Waker:
         for i in set(candidates) - set(waiting):
             del self.pending[i]  # emptied already (a pop, or someone took it)
         # Wake the workers waiting on the least wanted queues first (the last in the
-        # configured order), so the queues that matter most stay watched.
+        # configured order), so the queues that matter most stay watched; a worker of a
+        # group wakes only for a queue of its group.
         sleepers = sorted(blocked.items(), key=lambda kv: -kv[1][0])
-        for i, (slot, (watched_queue, client_id)) in zip(waiting, sleepers):
+        for i in waiting:
+            found = next((s for s in sleepers if self.serves(s[0], self.queues[i])), None)
+            if found is None:
+                continue  # every idle worker that serves it is busy: it looks before it idles
+            sleepers.remove(found)
+            slot, (watched_queue, client_id) = found
             if self.r.client_unblock(client_id):
                 del self.pending[i]
                 log.debug("a job on queue %s: woke worker %d (waiting on %s)", self.queues[i],

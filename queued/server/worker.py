@@ -1,10 +1,13 @@
 """A worker process: reserve jobs, run each (runner.py), block in Redis while idle.
 
-One job at a time (SIGALRM only works in a process's main thread). The worker tells its master
-what it is doing through the shared slot table, never through Redis. It owns no signal except
-its own: TERM means "finish the job in hand, then exit 0"; TTIN writes its Python stack to the
-log (the master's TTIN asks each worker in turn); USR2 reopens the log file (logrotate). INT,
-TSTP and USR1 belong to the master (a Ctrl-C or Ctrl-Z in the terminal reaches the whole
+With ``threads: 1`` (the default) one job at a time, in the main thread, under SIGALRM, as
+below. With ``threads`` > 1 the main thread is a dispatcher (dispatch.py) handing jobs to the
+process's job threads and event loop (pool.py); this module keeps the process's setup and its
+signals for both. The worker tells its master what it is doing through the shared slot table,
+never through Redis. It owns no signal except its own: TERM means "finish the jobs in hand,
+then exit 0"; TTIN writes its Python stacks (every thread's, and the event loop's tasks) to
+the log (the master's TTIN asks each worker in turn); USR2 reopens the log file (logrotate).
+INT, TSTP and USR1 belong to the master (a Ctrl-C or Ctrl-Z in the terminal reaches the whole
 process group).
 
 Whatever the worker holds when it exits, for any reason, is put back by the master.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import queue
 import random
 import signal
 import sys
@@ -25,10 +29,12 @@ import redis
 
 from . import log as logsetup
 from .. import client, events
+from ..groups import Group
 from . import titles
 from .fetch import Fetcher, Reservation
 from .recycle import Recycler
-from .runner import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL, Runner
+from .outcomes import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL
+from .runner import Runner, single_lane
 from .slots import Notes, SlotWriter, Watch
 
 log = logging.getLogger("queued.worker")
@@ -57,12 +63,17 @@ class Worker:
 
     def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int,
                  notes: Notes | None = None, watch: Watch | None = None,
-                 idle_fd: int | None = None, metrics=None):
+                 idle_fd: int | None = None, metrics=None, giveback=None, group=None):
         self.config = config
         self.notes = notes if notes is not None else Notes(note_labels(config))
         self.watch = watch if watch is not None else Watch(config.concurrency)
         self.idle_fd = idle_fd  # a byte written here tells the master we block (waker.py)
-        self._preference = _idle_preference(config)
+        #: The queues this worker serves and how (config.worker_groups: the top level's, or
+        #: its queue group's)
+        self.group = group if group is not None else Group(
+            "", config.queues, config.strict, config.concurrency, config.threads)
+        self._preference = _idle_preference(self.group)
+        self._index = {name: i for i, name in enumerate(config.queue_names)}
         self.keys = keys
         self.identity = identity
         self.slot = slot
@@ -73,6 +84,14 @@ class Worker:
         self.reopen_logs = False
         self.batch = 1
         self.metrics = metrics  # the per-class metrics table (metrics.py), or None
+        self.giveback = giveback  # the master's take-back of a batch held too long, or None
+        self.threads = self.group.threads
+        self.queues = self.group.queue_names
+        self.weighted = self.group.weighted_queues
+        self.strict = self.group.strict
+        #: The dispatcher's (threads > 1): what job threads, signals and the blocker tell it
+        self.inbox: queue.SimpleQueue | None = None
+        self.dispatcher = None
 
     # --- process setup -----------------------------------------------------------------------
     def run(self) -> None:
@@ -81,7 +100,10 @@ class Worker:
         code = 0
         try:
             self._init_process()
-            self._loop()
+            if self.dispatcher is not None:
+                self.dispatcher.run()
+            else:
+                self._loop()
         except BaseException:  # noqa: BLE001 - last resort, the master requeues our jobs
             log.exception("worker %d crashed", self.slot)
             code = 1
@@ -108,29 +130,40 @@ class Worker:
         self._die_with_master()
         random.seed()
         logsetup.retag(f"w{self.slot}")
-        self.joblog = logsetup.JobLog(log.name)
+        threaded = self.threads > 1
+        self.joblog = logsetup.JobLog(log.name, locked=threaded)
         self.joblog.bind()
         self.writer = SlotWriter(self.table, self.slot, os.getpid())
         self.writer.tick()  # the record names this pid from now on (the master never writes it)
-        client.dedicate_job_connection()
+        if not threaded:  # (many jobs at once share get_redis()'s pool: client.py)
+            client.dedicate_job_connection()
         cfg = self.config
         self.fetcher = Fetcher(
-            cfg.redis_url, self.keys, self.identity, self.slot, cfg.queue_names,
-            cfg.weighted_queues, cfg.strict, cfg.fetch_timeout,
-            cfg.dead_timeout_in_seconds, cfg.dead_max_jobs)
+            cfg.redis_url, self.keys, self.identity, self.slot, self.queues, self.weighted,
+            self.strict, cfg.fetch_timeout, cfg.dead_timeout_in_seconds, cfg.dead_max_jobs)
         self.title = titles.WorkerTitle(cfg.tag, self.slot)
-        self.title.idle()
-        self.runner = Runner(cfg, self.keys, self.slot, self.fetcher, self.writer, self.title,
-                             self.notes, self.joblog, self._outage, lambda: self.stopping,
-                             self.metrics.recorder(self.slot) if self.metrics else None)
         self.recycler = Recycler.of(cfg)
+        recorder = self.metrics.recorder(self.slot, threaded) if self.metrics else None
+        if threaded:
+            from .dispatch import Dispatcher  # (its threads, loop and watchdog: only here)
+            self.inbox = queue.SimpleQueue()
+            self.dispatcher = Dispatcher(self, self.fetcher, recorder)
+            self.title.count(0, self.threads)
+        else:
+            self.title.idle()
+            self.runner = Runner(cfg, self.keys, self.identity, self.slot, self.fetcher,
+                                 single_lane(self.writer, self.title), self.notes, self.joblog,
+                                 self._outage, lambda: self.stopping, recorder)
         why = self.recycler and self.recycler.check_start()
         if why and self.notes.due("rss at start", LOG_INTERVAL):
             log.error("worker %d: %s", self.slot, why)
         # The application re-makes what must not cross a fork (events.py), before the first
-        # job; this process runs its jobs in its one thread, so that thread starts here too.
+        # job. A worker of one job at a time runs its jobs in its one thread, so that thread
+        # starts here too; a worker of many fires thread_start in each thread that runs jobs
+        # (pool.py), and in this one before it first runs a job alone (dispatch.py).
         events.fire("worker_start")
-        events.fire("thread_start")
+        if not threaded:
+            events.fire("thread_start")
         self._announce_idle()  # wakes the master: this worker is up (systemd's READY waits)
 
     def _die_with_master(self) -> None:
@@ -154,6 +187,8 @@ class Worker:
         self._wake()
 
     def _wake(self) -> None:
+        if self.inbox is not None:  # the dispatcher waits there (SimpleQueue.put: reentrant)
+            self.inbox.put(("wake",))
         if self.blocking:
             self.blocking = False
             raise _Wake()
@@ -162,17 +197,23 @@ class Worker:
         """TTIN (the master asks each worker in turn): this process's Python stacks, every
         thread's, as one record in the log, labelled. Written in one write, without logging's
         lock, which the interrupted main thread may hold."""
-        v = self.table.read(self.slot)
-        doing = (f"running {v.job_class} jid={v.jid} queue={v.queue} for "
-                 f"{time.monotonic() - v.started:.1f}s" if v.busy else "idle")
-        names = {t.ident: t.name for t in threading.enumerate()}
-        stacks = []
-        for ident, top in sys._current_frames().items():
-            here = frame if ident == threading.main_thread().ident else top
-            stacks.append(f"Thread {names.get(ident, ident)}:\n"
-                          + "".join(traceback.format_stack(here)).rstrip())
+        now = time.monotonic()
+        doing = [f"{'' if v.record == 0 else f'lane {v.record} '}running {v.job_class} "
+                 f"jid={v.jid} queue={v.queue} for {now - v.started:.1f}s"
+                 for v in self.table.slot_views(self.slot) if v.busy]
+        if self.dispatcher is not None:
+            stacks = [f"Thread {threading.main_thread().name} (dispatcher):\n"
+                      + "".join(traceback.format_stack(frame)).rstrip(),
+                      self.dispatcher.pool.describe()]
+        else:
+            names = {t.ident: t.name for t in threading.enumerate()}
+            stacks = []
+            for ident, top in sys._current_frames().items():
+                here = frame if ident == threading.main_thread().ident else top
+                stacks.append(f"Thread {names.get(ident, ident)}:\n"
+                              + "".join(traceback.format_stack(here)).rstrip())
         logsetup.write_record("INFO", log.name, f"TTIN worker {self.slot} pid={os.getpid()} "
-                              f"{doing}; stack:\n" + "\n".join(stacks))
+                              f"{'; '.join(doing) or 'idle'}; stack:\n" + "\n".join(stacks))
 
     # --- the loop ----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -192,14 +233,18 @@ class Worker:
                 backoff = min(backoff * 2, BACKOFF_MAX)
             except _Wake:
                 self.fetcher.reset_connection()
-            if self.reopen_logs:
-                self.reopen_logs = False
-                self.joblog.flush()
-                logsetup.reopen()
-                self.joblog.bind()
-                log.info("log file reopened")
-            if os.getppid() != self.master_pid:
-                self.stopping = True
+            self.housekeeping()
+
+    def housekeeping(self) -> None:
+        """Between two turns of the loop: reopen the log file if asked, stop if orphaned."""
+        if self.reopen_logs:
+            self.reopen_logs = False
+            self.joblog.flush()
+            logsetup.reopen()
+            self.joblog.bind()
+            log.info("log file reopened")
+        if os.getppid() != self.master_pid:
+            self.stopping = True
 
     def _outage(self, err: Exception, backoff: float, what: str = "Redis unreachable") -> None:
         if backoff == BACKOFF_START:
@@ -238,19 +283,25 @@ class Worker:
         for res in jobs:
             if self.stopping:
                 break  # told to stop: start nothing new; the master puts the rest back at the head
+            if done and self.giveback is not None and self.giveback.revoked(self.slot):
+                # the job before ran long: the master gave the rest of the batch to idle
+                # workers (giveback.py); none of it is ours to run now
+                log.debug("the rest of the batch (%d) went back to the queue", len(jobs) - done)
+                break
+            held = len(jobs) - done - 1
             if self.recycler is None:
-                self.runner.process(res)
+                self.runner.process(res, held=held)
             else:
-                self._process_and_count(res)
+                self._process_and_count(res, held)
             done += 1
         self.joblog.flush()  # the batch's done lines, in one write (log.py)
         self._adapt(len(jobs), done, time.monotonic() - started)
 
-    def _process_and_count(self, res: Reservation) -> None:
+    def _process_and_count(self, res: Reservation, held: int) -> None:
         """Run one job, then leave if it was this worker's last (recycle.py): as after a
         TERM, nothing new is started, and what the batch still holds goes back."""
         began = time.monotonic()
-        self.runner.process(res)
+        self.runner.process(res, held=held)
         why = self.recycler.after_job(time.monotonic() - began)
         if why:
             log.info("recycling worker %d: %s; a fresh worker takes its place", self.slot, why)
@@ -263,15 +314,14 @@ class Worker:
         while there are as many idle workers as queues. (For a job on a queue nobody waits on,
         the master wakes one of us: waker.py.)"""
         paused = self.fetcher.paused
-        open_ = [i for i in self._preference if self.fetcher.queues[i] not in paused]
+        open_ = [q for q in self._preference if q not in paused]
         if not open_:
             return None  # every queue paused: wait on none (Fetcher.wait)
         taken = self.watch.others(self.slot)
-        for i in open_:
-            if i not in taken:
-                return self.fetcher.queues[i]
-        return self.fetcher.block_queue if self.fetcher.block_queue not in paused else \
-            self.fetcher.queues[open_[0]]
+        for q in open_:
+            if self.queue_index(q) not in taken:
+                return q
+        return self.fetcher.block_queue if self.fetcher.block_queue not in paused else open_[0]
 
     def _block(self, queue: str | None) -> bytes | None:
         """Wait for a job on ``queue`` (None: on none, every queue is paused); the payload
@@ -287,7 +337,7 @@ class Worker:
                 self.watch.set(self.slot, Watch.NO_QUEUE)
                 self.fetcher.wait(after_send=self._announce_idle)
                 return None
-            self.watch.set(self.slot, self.fetcher.queues.index(queue))
+            self.watch.set(self.slot, self.queue_index(queue))
             return self.fetcher.block(queue, after_send=self._announce_idle)
         except redis.ResponseError as e:
             # The queue this worker blocks on has a key of the wrong type: BLMOVE fails at
@@ -316,6 +366,11 @@ class Worker:
         self.batch = 1
         self.writer.tick()
         time.sleep(UNREGISTERED_NAP)
+
+    def queue_index(self, name: str) -> int:
+        """A queue's index as the master's Watch and waker know it (slots.Watch): its place
+        among every queue the daemon serves."""
+        return self._index[name]
 
     def _announce_idle(self) -> None:
         """Tell the master this worker now blocks, or is up (one byte; a full pipe means the
@@ -351,13 +406,13 @@ class Worker:
             self.batch = 1
 
 
-def _idle_preference(config) -> list[int]:
-    """Queue indexes in the order idle workers take them to wait on: strict order as listed,
-    weighted order by weight (heaviest first, ties as listed)."""
-    names = config.queue_names
-    if config.strict:
-        return list(range(len(names)))
+def _idle_preference(group) -> list[str]:
+    """A group's queues in the order its idle workers take them to wait on: strict order as
+    listed, weighted order by weight (heaviest first, ties as listed)."""
+    names = list(group.queue_names)
+    if group.strict:
+        return names
     weight = dict.fromkeys(names, 0)
-    for name, w in config.queues:  # as weighted_queues counts them: max(w, 1) each
+    for name, w in group.queues:  # as weighted_queues counts them: max(w, 1) each
         weight[name] += max(w, 1)
-    return sorted(range(len(names)), key=lambda i: -weight[names[i]])
+    return sorted(names, key=lambda q: -weight[q])

@@ -26,3 +26,14 @@ def bench(total):
 def lat(t0):
     """Records how long after ``t0`` (the enqueue time, or the due time) it started."""
     R.rpush("bench:lat", repr(time.time() - t0))
+
+
+#: Seconds a waiting job waits (scripts/bench_wait.py sets BENCH_WAIT): as on an HTTP call.
+WAIT = float(os.environ.get("BENCH_WAIT", "0.02"))
+
+
+def wait_bench(total):
+    """The waiting job: BENCH_WAIT seconds of time.sleep (no CPU, as a blocking I/O call),
+    then what bench does."""
+    time.sleep(WAIT)
+    bench(total)

@@ -5,15 +5,17 @@ require "json"
 require_relative "sidekiq_jobs"
 
 BATCH = 1000
+# scripts/bench_wait.py pushes WaitJob instead of the no-op BenchJob.
+JOB = Object.const_get(ENV.fetch("BENCH_SIDEKIQ_JOB", "BenchJob"))
 
 def fill(mode, n, total)
   if mode == "one"
-    calls = Array.new(n) { -> { BenchJob.perform_async(total) } }
+    calls = Array.new(n) { -> { JOB.perform_async(total) } }
     per_call = 1
   else
     calls = (0...n).step(BATCH).map do |i|
       k = [BATCH, n - i].min
-      -> { Sidekiq::Client.push_bulk("class" => BenchJob, "args" => Array.new(k) { [total] }) }
+      -> { Sidekiq::Client.push_bulk("class" => JOB, "args" => Array.new(k) { [total] }) }
     end
     per_call = BATCH
   end

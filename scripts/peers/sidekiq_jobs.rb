@@ -38,3 +38,15 @@ class LatJob
     Sidekiq.redis { |c| c.rpush("bench:lat", (started - t0).to_s) }
   end
 end
+
+# The waiting job of scripts/bench_wait.py: BENCH_WAIT seconds of sleep (as a blocking I/O call:
+# the GVL is free meanwhile), then what BenchJob does.
+class WaitJob
+  include Sidekiq::Worker
+  WAIT = Float(ENV.fetch("BENCH_WAIT", "0.02"))
+
+  def perform(total)
+    sleep WAIT
+    BenchJob.new.perform(total)
+  end
+end

@@ -1,7 +1,9 @@
 """``queuedctl`` against real daemons: a bulk retry of 100,000 dead jobs while two daemons run
 them and a second queuedctl deletes some (every job accounted for), pause and unpause with
-jobs waiting, remote quiet, dump and stop (the daemon goes quiet, then exits 0), and what
-processes, running, stats and ping say about live daemons."""
+jobs waiting, remote quiet, dump and stop (the daemon goes quiet, then exits 0), what
+processes, running, stats and ping say about live daemons, and the on-call commands (errors,
+find) on what a daemon did: Rails jobs under their own class, the log's pid and worker, a
+typo's near name, the backtrace a failure keeps."""
 from __future__ import annotations
 
 import json
@@ -59,10 +61,10 @@ def test_retry_all_of_100k_dead_jobs_while_another_queuedctl_deletes_some(daemon
     # second deletes every one whose argument says del- (the deleter walks the set faster,
     # catches up and races the retry for the same jobs)
     t0 = time.monotonic()
-    retrying = start_ctl(d1.redis_url, "retry", "dead", "--all")
+    retrying = start_ctl(d1.redis_url, "retry", "dead", "--all", "--yes")
     wait_for(lambda: r.zcard("dead") < N * 0.8, 60, interval=0.005,
              what="the retry to take a fifth of the jobs")
-    deleting = start_ctl(d1.redis_url, "delete", "dead", "--arg", "del-", "--all")
+    deleting = start_ctl(d1.redis_url, "delete", "dead", "--arg", "del-", "--all", "--yes")
     retried = finished(retrying)
     elapsed = time.monotonic() - t0
     deleted = finished(deleting)
@@ -130,7 +132,7 @@ def test_remote_quiet_dump_and_stop(daemon, producer, r):
             proc["queues"], proc["quiet"]) == (identity, d.pid, "ctl", 1, 2,
                                                ["default", "low"], False)
     (row,) = rows(ok("processes", url=url))
-    assert row[0] == identity and row[4:6] == ["1/2", "running"]
+    assert row[0] == identity and row[4:7] == ["1/2", "1", "running"]
     (work,) = ctl_json("running", url=url)
     assert (work["identity"], work["jid"], work["class"], work["args"]) == (
         identity, gated, "Gate", ["ctl-gate"])
@@ -143,7 +145,7 @@ def test_remote_quiet_dump_and_stop(daemon, producer, r):
     d.wait_log(f"running Gate jid={gated}")
     wait_for(lambda: ctl_json("processes", url=url)[0]["quiet"], 10,
              what="processes --json to show it quiet")
-    assert rows(ok("processes", url=url))[0][5] == "quiet"
+    assert rows(ok("processes", url=url))[0][6] == "quiet"
     probe = ctl("ping", "--queue", "low", url=url)
     assert (probe.returncode, probe.stdout) == (1, "")
     assert probe.stderr == f"queuedctl: every process serving queue low is quiet ({identity})\n"
@@ -173,7 +175,7 @@ def test_a_kill_keeps_as_many_dead_jobs_as_the_daemons_keep(daemon, r):
     r.zadd("retry", {json.dumps({"class": "Record", "args": ["k"], "jid": "k" * 24,
                                  "queue": "default", "retry_count": 1}): now + 3600})
     # When queuedctl kills it to dead
-    assert ctl_json("kill", "retry", "--all", url=d.redis_url)["done"] == 1
+    assert ctl_json("kill", "retry", "--all", "--yes", url=d.redis_url)["done"] == 1
     # Then dead keeps every job the daemon would keep: none trimmed
     assert r.zcard("dead") == 12_001
     assert d.stop() == 0
@@ -211,3 +213,87 @@ def test_the_kubernetes_probe_recipe_reports_a_healthy_pod_live(redis_url, tmp_p
         assert d.stop() == 0
     finally:
         d.cleanup()
+
+
+AJ = "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"
+
+
+def rails_job(producer, klass: str, *arguments) -> str:
+    """Push a job the way Rails' ActiveJob does through Sidekiq's adapter; its jid."""
+    return producer.push({"class": AJ, "wrapped": klass, "queue": "default",
+                          "args": [{"job_class": klass, "job_id": "aj-1", "queue_name":
+                                    "default", "arguments": list(arguments)}]})
+
+
+def test_on_call_with_a_live_daemon(daemon, producer, r):
+    # Given a daemon running a Rails (ActiveJob) job until its gate opens
+    d = daemon(concurrency=2)
+    url, identity = d.redis_url, d.identity()
+    running = rails_job(producer, "Gate", "oncall-gate")
+    wait_for(lambda: counts(r, jobs.RUNS).get(running), 10, what="the Rails job to start")
+    wait_for(lambda: r.hget(identity, "busy") == b"1", 10, what="a beat showing it busy")
+    # Then running and find name it by its own class, with the pid and worker its log lines
+    # will carry
+    (work,) = ctl_json("running", url=url)
+    assert (work["jid"], work["class"], work["identity"]) == (running, "Gate", identity)
+    assert work["pid"] in d.worker_pids() and work["worker"] in ("w0", "w1")
+    (place,) = ctl_json("find", running, url=url)["places"]
+    assert (place["where"], place["identity"], place["pid"], place["worker"]) == (
+        "running", identity, work["pid"], work["worker"])
+    # And its log lines say the same pid and worker, and its class, not Rails' wrapper
+    jobs.open_gate(r, "oncall-gate")
+    d.wait_log(f"pid={work['pid']} tid={work['worker']} class=Gate jid={running} elapsed=")
+    assert AJ not in d.output()
+    # When jobs fail: one of a class this process does not have (a typo of Record), one
+    # Rails job and one plain job of class Fail (no backtrace option)
+    typo = producer.push({"class": "Recrod", "args": []})
+    failed_rails = rails_job(producer, "Fail", "rails boom")
+    failed_plain = jobs.Fail.perform_async("plain boom")
+    wait_for(lambda: r.zcard("retry") == 3, 10, what="three jobs in retry")
+    # Then errors groups them by their own classes, the unknown one with the near name
+    groups = {(g["class"], g["error_class"]): g for g in ctl_json("errors", "retry", url=url)}
+    assert sorted(groups) == [("Fail", "RuntimeError"), ("Recrod", "UnknownJobClass")]
+    assert groups[("Fail", "RuntimeError")]["count"] == 2
+    assert groups[("Recrod", "UnknownJobClass")]["latest_message"] == (
+        "no job class named 'Recrod' is registered in this process (did you mean Record?)")
+    # And find shows each where it is, the plain one with the backtrace it kept by default
+    assert [p["where"] for p in ctl_json("find", typo, url=url)["places"]] == ["retry"]
+    (rails,) = ctl_json("find", failed_rails, url=url)["places"]
+    assert (rails["where"], rails["job"]["class"]) == ("retry", "Fail")
+    said = ok("find", failed_plain, "--backtrace", url=url)
+    trace = said.split("backtrace (retry), innermost first:\n")[1].splitlines()
+    # (the job's own frames, as its log line shows them: none of queued's around it)
+    assert trace == [line for line in trace if "queued/server" not in line] and trace
+    assert "jobs.py" in trace[0] and trace[0].endswith("in `perform'") and len(trace) <= 20
+    assert d.stop() == 0
+
+
+def test_task_watch_follows_a_daemon_through_a_retry(daemon, producer, r):
+    # Given a daemon and a task of 3 jobs, one of which fails once and is retried (1-10 s on)
+    import re
+    from queued.task import Task
+    import taskjobs
+    d = daemon(concurrency=2, require=("taskjobs.py",))
+    task = Task("deploy 8")
+    with task:
+        taskjobs.TOk.perform_async(1)
+        taskjobs.TOk.perform_async(2)
+        taskjobs.TFlaky.perform_async(3)
+    # When a deploy script watches it (stdout a pipe, a line every half second)
+    proc = subprocess.Popen([sys.executable, "-m", "queued.admin.ctl", "--redis", d.redis_url,
+                             "task", task.id, "--watch", "--every", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ctl_env(), cwd=ROOT)
+    stdout, stderr = proc.communicate(timeout=60)
+    # Then it ends with the task, exit 0, having said on the way that a job waited for its
+    # retry and when that was due
+    assert (proc.returncode, stderr) == (0, "")
+    lines = [line for line in stdout.splitlines() if re.match(r"\d\d:\d\d:\d\dZ ", line)]
+    # (the last moment, moved from retry to its queue by the scheduler, it may be "1
+    # retrying" in its task with no retry due)
+    waiting = [line for line in lines if "1 retrying" in line]
+    assert any(re.search(r"; next retry (in \d+s|now) \(\S+Z\)$", line)
+               for line in waiting), lines
+    assert re.search(r" succeeded: 3/3 final \(100 %\): 0 enqueued, 0 working, 3 finished, "
+                     r"0 failed, 0 retrying, 0 error; [\d.]+ jobs/s$", lines[-1]), lines
+    assert d.stop() == 0

@@ -41,11 +41,12 @@ def test_a_running_job_is_visible_in_the_heartbeat(daemon, producer, r):
     assert int(h["rtt_us"]) >= 0 and int(h["rss"]) > 1000
     assert 0 < r.ttl(identity) <= 60
     # And <identity>:workers has one entry: queue, the payload as a JSON string (the exact
-    # bytes pushed), and an integer run_at
+    # bytes pushed), an integer run_at, and the worker and pid its log lines carry
     workers = r.hgetall(f"{identity}:workers")
     assert len(workers) == 1
     (work,) = (json.loads(v) for v in workers.values())
-    assert set(work) == {"queue", "payload", "run_at"}
+    assert set(work) == {"queue", "payload", "run_at", "worker", "pid"}
+    assert work["pid"] in d.worker_pids() and work["worker"] in ("w0", "w1")
     assert work["queue"] == "default"
     assert isinstance(work["payload"], str) and work["payload"] == payload
     assert isinstance(work["run_at"], int) and abs(work["run_at"] - time.time()) < 5

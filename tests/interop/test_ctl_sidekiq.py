@@ -153,21 +153,25 @@ def test_sidekiq_processes_and_their_jobs_show_and_quiet_from_ruby(sidekiq, prod
             proc["queues"], proc["quiet"]) == (identity, server.proc.pid, 1, 2, ["rubyq"],
                                                False)
     (row,) = rows(ok("processes", url=redis_url))
-    assert row[0] == identity and row[3:6] == ["rubyq", "1/2", "running"]
+    # (Sidekiq holds what it runs: its reserved is its busy count)
+    assert row[0] == identity and row[3:7] == ["rubyq", "1/2", "1", "running"]
     # And queuedctl running shows its job (Sidekiq 6's payload, a JSON string)
     (work,) = ctl_json("running", url=redis_url)
     assert (work["identity"], work["jid"], work["class"], work["args"], work["queue"]) == (
         identity, jid, "InteropGate", ["busy"], "rubyq")
     assert abs(work["run_at"] - time.time()) < 30
+    # (a Sidekiq process: its pid, and its thread id as the worker)
     (running,) = rows(ok("running", url=redis_url))
-    assert running[:4] == [identity, jid, "rubyq", "InteropGate"]
+    assert running[:6] == [identity, str(work["pid"]), work["worker"], jid, "rubyq",
+                           "InteropGate"]
+    assert work["pid"] == int(identity.split(":")[1]) and work["worker"] == work["tid"]
     assert ctl("ping", "--queue", "rubyq", url=redis_url).returncode == 0
     # When Ruby quiets every process with Sidekiq's API
     assert ruby_json(ruby, QUIET_ALL, redis_url) == [identity]
     # Then queuedctl shows it quiet (from its next heartbeat on), and ping says so
     wait_for(lambda: ctl_json("processes", url=redis_url)[0]["quiet"], 20,
              what="queuedctl processes to show Sidekiq quiet")
-    assert rows(ok("processes", url=redis_url))[0][5] == "quiet"
+    assert rows(ok("processes", url=redis_url))[0][6] == "quiet"
     probe = ctl("ping", "--queue", "rubyq", url=redis_url)
     assert probe.returncode == 1 and "is quiet" in probe.stderr
     jobs.open_gate(r, "busy")

@@ -102,22 +102,23 @@ def test_a_job_failed_by_sidekiq_is_retried_and_failed_again_by_queued(
     assert run["args"] == ["a1 ünïcødé ☃ a/b", "ruby"] and run["queue"] == "default"
     assert typed(run["msg"]) == typed({**by_ruby, "enqueued_at": run["msg"]["enqueued_at"]})
     assert zentry(r, "retry", ok) is None and r.zcard("dead") == 0
-    # And the second one failed again in queued: retry_count 1, retried_at added last,
-    # failed_at untouched, every other key where and what Sidekiq had it
+    # And the second one failed again in queued: retry_count 1, retried_at added last (then
+    # queued's default backtrace, issue 20: Sidekiq stored none), failed_at untouched, every
+    # other key where and what Sidekiq had it
     old, new = json.loads(again_raw), json.loads(new_raw)
-    assert list(new) == list(old) + ["retried_at"]
+    assert list(new) == list(old) + ["retried_at", "error_backtrace"]
     assert (new["retry_count"], new["failed_at"]) == (1, old["failed_at"])
     assert isinstance(new["retried_at"], float) and new["retried_at"] > old["failed_at"]
     assert new["enqueued_at"] > old["enqueued_at"]
     assert {k: v for k, v in new.items() if k not in ("enqueued_at", "retry_count",
-                                                      "retried_at")} == {
+                                                      "retried_at", "error_backtrace")} == {
         k: v for k, v in old.items() if k not in ("enqueued_at", "retry_count")}
     assert 16 <= new_score - new["retried_at"] < 36  # 1**4 + 15 + rand(10) * 2
     # And byte for byte: Sidekiq's bytes with those three changes, in Ruby's JSON spelling
     failed_at = re.search(rb'"failed_at":[^,}]+', again_raw)[0]
     assert failed_at in new_raw
     expected = dict(old, enqueued_at=new["enqueued_at"], retry_count=1,
-                    retried_at=new["retried_at"])
+                    retried_at=new["retried_at"], error_backtrace=new["error_backtrace"])
     assert new_raw == payload.dumps(expected).encode()
     assert ruby_check(ruby, new_raw)["canonical"] == [True]
 
@@ -158,7 +159,7 @@ def test_b_job_failed_by_queued_is_retried_and_failed_again_by_sidekiq(
     assert (new["error_class"], new["error_message"]) == ("RuntimeError", "cross failure b2")
     assert isinstance(new["retried_at"], float) and new["retried_at"] > old["failed_at"]
     expected = dict(old, enqueued_at=new["enqueued_at"], retry_count=1,
-                    retried_at=new["retried_at"])
+                    retried_at=new["retried_at"], error_backtrace=new["error_backtrace"])
     assert new_raw == payload.dumps(expected).encode()
 
 

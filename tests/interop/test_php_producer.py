@@ -116,12 +116,13 @@ def test_php_json_encode_payloads_run_with_the_values_php_meant(php, redis_url, 
                                            "enqueued_at": run["msg"]["enqueued_at"]})
         assert isinstance(run["msg"]["enqueued_at"], float)
     # And the failing one (retry: 0) is in dead with PHP's keys and values, plus the failure
-    # fields, written the way Ruby writes JSON (raw UTF-8, "/" unescaped)
+    # fields (the backtrace queued keeps by default among them), written the way Ruby writes
+    # JSON (raw UTF-8, "/" unescaped)
     member, _ = zentry(r, "dead", jids["dies"])
     dead = json.loads(member)
     sent = meant[jids["dies"]]
     assert list(dead) == list(sent) + ["queue", "error_message", "error_class", "failed_at",
-                                       "retry_count"]
+                                       "retry_count", "error_backtrace"]
     assert typed({k: dead[k] for k in sent}) == typed(sent)
     assert dead["args"] == ["php-dead", "ünï/😀", 2.5]
     assert (dead["queue"], dead["retry_count"], dead["error_message"]) == (

@@ -174,12 +174,15 @@ def test_the_retry_option_ruby_writes_decides_and_extra_keys_survive(ruby, redis
         assert (entry["error_class"], entry["error_message"]) == (
             "RuntimeError", f"interop failure {sent[jids[name]]['args'][0]}")
         assert isinstance(entry["failed_at"], float) and "retried_at" not in entry
-    # And backtrace: true stored every line (innermost first, Ruby's format), none without
+    # And backtrace: true stored every line (innermost first, Ruby's format); without the
+    # option, queued's default: the job's own frames of the same stack, at most 20 (issue
+    # 20; Sidekiq stores none)
     bt = json.loads(zentry(r, "dead", jids["bt"])[0])
     lines = backtrace_lines(bt)
     assert lines and all(RUBY_FRAME.match(x) for x in lines)
     assert "wire_jobs.py" in lines[0] and lines[0].endswith("in `perform'")
-    assert "error_backtrace" not in json.loads(zentry(r, "dead", jids["zero"])[0])
+    default = backtrace_lines(json.loads(zentry(r, "dead", jids["zero"])[0]))
+    assert default[0] == lines[0] and set(default) <= set(lines) and len(default) <= 20
     # And a retry entry is the job as Ruby wrote it plus the failure fields, in Sidekiq's order
     first = {}
     for name in ("true", "two", "extra"):
@@ -188,9 +191,8 @@ def test_the_retry_option_ruby_writes_decides_and_extra_keys_survive(ruby, redis
         original = sent[jids[name]]
         assert list(entry)[:len(original)] == list(original), name
         assert typed({k: entry[k] for k in original}) == typed(original), name
-        added = ["error_message", "error_class", "failed_at", "retry_count"]
-        if "backtrace" in original:
-            added.append("error_backtrace")
+        # (error_backtrace: the option's, else queued's default)
+        added = ["error_message", "error_class", "failed_at", "retry_count", "error_backtrace"]
         assert list(entry)[len(original):] == added, name
         assert entry["retry_count"] == 0
         assert 1 <= score - entry["failed_at"] < 11  # retry_in 1 + rand(10) jitter

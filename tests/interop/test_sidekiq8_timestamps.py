@@ -89,10 +89,10 @@ def test_sidekiq8_jobs_run_fail_retry_and_die_on_queued(r, daemon):
     now = time.time()
 
     # Then a first failure keeps the producer's ms created_at/enqueued_at as written and adds
-    # failed_at in float seconds; the retry score is seconds
+    # failed_at in float seconds (and queued's default backtrace); the retry score is seconds
     first = json.loads(fresh_raw1)
     assert list(first) == list(fresh) + ["error_message", "error_class", "failed_at",
-                                         "retry_count"]
+                                         "retry_count", "error_backtrace"]
     for key in ("created_at", "enqueued_at"):
         assert field(fresh_raw1, key) == field(fresh_raw, key) == str(fresh[key]).encode()
     assert isinstance(first["failed_at"], float) and abs(first["failed_at"] - now) < 30
@@ -101,7 +101,7 @@ def test_sidekiq8_jobs_run_fail_retry_and_die_on_queued(r, daemon):
     # gets retried_at in float seconds after retry_count; enqueued_at was re-set (seconds)
     # when queued moved it to its queue; created_at is untouched
     second = json.loads(failed_raw1)
-    assert list(second) == list(failed8) + ["retried_at"]
+    assert list(second) == list(failed8) + ["retried_at", "error_backtrace"]
     assert second["failed_at"] == failed8["failed_at"] and type(second["failed_at"]) is int
     assert field(failed_raw1, "failed_at") == str(failed8["failed_at"]).encode()
     assert field(failed_raw1, "created_at") == str(failed8["created_at"]).encode()
@@ -109,7 +109,7 @@ def test_sidekiq8_jobs_run_fail_retry_and_die_on_queued(r, daemon):
     assert isinstance(second["enqueued_at"], float) and abs(second["enqueued_at"] - now) < 30
     # And a Sidekiq 8 ms retried_at is replaced by queued's own (seconds), failed_at kept
     third = json.loads(twice_raw1)
-    assert list(third) == list(twice8)
+    assert list(third) == list(twice8) + ["error_backtrace"]
     assert (third["retry_count"], third["failed_at"]) == (2, twice8["failed_at"])
     assert isinstance(third["retried_at"], float) and abs(third["retried_at"] - now) < 30
     # And the scheduled one ran, on time, with its ms created_at and a seconds enqueued_at

@@ -224,11 +224,54 @@ def test_retry_and_dead_sets_read_and_retry_queued_failures(daemon, producer, r,
     # (backtrace: 3 -> Sidekiq decodes queued's zlib+base64 blob into three Ruby-style lines)
     assert len(ret["backtrace"]) == 3 and "interop_jobs.py" in ret["backtrace"][0]
     assert ":in `perform'" in ret["backtrace"][0]
-    assert dead["backtrace"] is None
+    # (no backtrace option: queued's default, the job's own frames of the same stack, at
+    # most 20, which Sidekiq decodes too)
+    assert 1 <= len(dead["backtrace"]) <= 20 and dead["backtrace"][0] == ret["backtrace"][0]
     # And Ruby's retry moved both back to their queue, where queued ran them (successfully)
     assert got["sizes_after"] == [0, 0]
     wait_for(lambda: counts(r, jobs.DONE) == {to_retry: 1, to_dead: 1}, 10,
              what="both retried jobs to run")
     assert counts(r, jobs.RUNS) == {to_retry: 2, to_dead: 2}
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and r.llen("queue:default") == 0
+    assert d.stop() == 0
+
+
+BUSY_THREADS = r'''
+me = ARGV[1]
+target = Sidekiq::ProcessSet.new.find { |p| p.identity == me }
+raise "queued process #{me} not listed" unless target
+out(
+  concurrency: target["concurrency"], busy: target["busy"],
+  total_concurrency: Sidekiq::ProcessSet.new.total_concurrency,
+  workers_size: Sidekiq::Workers.new.size,
+  works: Sidekiq::Workers.new.map { |process, tid, work|
+    {process: process, tid: tid, queue: work["queue"], run_at: work["run_at"],
+     class: work["payload"]["class"], jid: work["payload"]["jid"]}
+  },
+)
+'''
+
+
+def test_sidekiqs_api_sees_each_job_of_a_threaded_process_on_its_thread(daemon, producer, r,
+                                                                        ruby):
+    # Given a queued master of 2 processes x 5 threads running 7 jobs (held by a gate)
+    import threadjobs
+    d = daemon(concurrency=2, threads=5, require=(*INTEROP_REQUIRE, "threadjobs.py"))
+    identity = d.identity()
+    held = threadjobs.Held.perform_bulk([["ruby-threads"]] * 7)
+    wait_for(lambda: all(j in counts(r, jobs.RUNS) for j in held), 20, what="7 jobs running")
+    wait_for(lambda: r.hget(identity, "busy") == b"7", 10, what="a beat showing 7 busy")
+    # When Sidekiq's Ruby API reads Redis
+    got = ruby_json(ruby, BUSY_THREADS, d.redis_url, identity)
+    # Then ProcessSet shows 7 busy of the 10 jobs it runs at once, and Workers lists each
+    # running job once, under a thread id of its own, in this process
+    assert (got["concurrency"], got["busy"], got["total_concurrency"]) == (10, 7, 10)
+    assert got["workers_size"] == 7 and len(got["works"]) == 7
+    assert {w["process"] for w in got["works"]} == {identity}
+    assert len({w["tid"] for w in got["works"]}) == 7
+    assert sorted(w["jid"] for w in got["works"]) == sorted(held)
+    assert {(w["class"], w["queue"]) for w in got["works"]} == {("Held", "default")}
+    assert all(isinstance(w["run_at"], int) for w in got["works"])
+    jobs.open_gate(r, "ruby-threads")
+    wait_for(lambda: all(counts(r, jobs.DONE).get(j) == 1 for j in held), 10, what="done")
     assert d.stop() == 0

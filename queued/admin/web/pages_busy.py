@@ -1,11 +1,13 @@
-"""Busy: every live process (state, RSS, busy count) and the jobs running now; quiet, stop or
-dump one process or all of them (Sidekiq's remote signals, read on their next heartbeat)."""
+"""Busy: every live process (state, RSS, busy count, jobs it holds, hangs it reports) and the
+jobs running now, each on its thread; quiet, stop or dump one process or all of them (Sidekiq's
+remote signals, read on their next heartbeat)."""
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.routing import Route
 
-from .render import act, render, web_of
+from ..ctlprocs import describe_hang
+from .render import act, form_text, render, web_of
 
 SIGNALS = {"quiet": "TSTP", "stop": "TERM", "dump": "TTIN"}
 
@@ -16,12 +18,13 @@ def busy(request: Request):
     return render(request, "busy.html", {
         "processes": processes, "running": web.admin.running(),
         "busy_total": sum(p.busy for p in processes),
-        "concurrency_total": sum(p.concurrency for p in processes)})
+        "concurrency_total": sum(p.concurrency for p in processes),
+        "hang": describe_hang})
 
 
 async def signal(request: Request):
     def work(web, form) -> str:
-        action, identity = str(form.get("action", "")), str(form.get("identity", ""))
+        action, identity = str(form.get("action", "")), form_text(form, "identity")
         if action not in SIGNALS:
             return f"unknown action {action!r}"
         if identity == "*":

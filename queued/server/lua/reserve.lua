@@ -12,9 +12,11 @@
 -- ARGV[2]          Q, the number of queues
 -- ARGV[3]          name of the queue KEYS[2] belongs to
 -- ARGV[4]          the identity of the worker's master
--- ARGV[5]          A, the number of acks that follow
--- ARGV[6..5+A]     reserved members the worker finished (ZREM)
--- ARGV[6+A..5+A+Q] queue names for KEYS[5..]
+-- ARGV[5]          1: adopt (see Adoption below); 0: the worker holds jobs running now (a
+--                  worker of many jobs at once), so the zset's other members are not lost ones
+-- ARGV[6]          A, the number of acks that follow
+-- ARGV[7..6+A]     reserved members the worker finished (ZREM)
+-- ARGV[7+A..6+A+Q] queue names for KEYS[5..]
 -- then             N fetch orders of Q 1-based queue indexes each: job i tries its own order,
 --                  so weighted random order is drawn per job exactly as Sidekiq draws per fetch
 -- Returns {acks that found their reservation, {names of queues whose key is not a list},
@@ -49,8 +51,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local n = tonumber(ARGV[1])
 local q = tonumber(ARGV[2])
-local a = tonumber(ARGV[5])
-local names = 5 + a
+local adopt = ARGV[5] == '1'
+local a = tonumber(ARGV[6])
+local names = 6 + a
 -- Commands take many arguments at once (one ZREM for the acks, one RPOP with a count per
 -- queue where the order is fixed, one ZADD for the batch): each redis.call costs about as
 -- much as the command itself, so a batch of 8 cost ~14 us of Redis time per job one by one.
@@ -63,7 +66,7 @@ local function variadic(cmd, key, list, first, last)
   return total
 end
 local registered = redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1  -- (read before any write)
-local acked = variadic('ZREM', KEYS[1], ARGV, 6, names)
+local acked = variadic('ZREM', KEYS[1], ARGV, 7, names)
 local bad = {}
 local paused = {}
 local out = {acked, bad, 0, 0, 1, paused}
@@ -73,7 +76,9 @@ local head = #out
 -- off from Redis) and another master put back what its slots held. Its workers went on
 -- reserving meanwhile, into slots nobody would ever recover if the host died before the master
 -- woke and registered again. So: take nothing while unregistered, and put back what the slot
--- holds beyond the acks (a lost reply's jobs, a landed job) at the head of its queue.
+-- holds beyond the acks (a lost reply's jobs, a landed job) at the head of its queue. (Without
+-- adoption the zset holds jobs running now: only the landed ones go back; the master's next
+-- beat registers it again, well before those end.)
 if not registered then
   local qkey = {}
   for j = 1, q do qkey[ARGV[names + j]] = KEYS[4 + j] end
@@ -86,7 +91,7 @@ if not registered then
     end
     return false
   end
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf')) do
+  for _, m in ipairs(adopt and redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf') or {}) do
     local s = string.find(m, '\0', 1, true)
     local e = string.find(m, '\0', s + 1, true)
     if back(string.sub(m, 1, s - 1), string.sub(m, e + 1)) then
@@ -104,7 +109,7 @@ end
 
 -- (from score 0: a job whose failure could not be written yet is marked -1 by fail.lua and
 -- stays with the worker that keeps retrying the write)
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf')) do
+for _, m in ipairs(adopt and redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf') or {}) do
   out[#out + 1] = m
 end
 out[3] = #out - head

@@ -1,0 +1,306 @@
+"""The main thread of a worker of many jobs at once (``threads`` > 1): it reserves jobs for the
+lanes that are free and hands each to the pool (pool.py), acks the jobs that ended, and waits.
+
+Fetch stays one pipelined connection with its acks riding in the reserve calls (fetch.py),
+owned by this thread alone; the lanes end their jobs through SharedEnds (sharedends.py). It
+reserves at most as many jobs as there are free lanes, so a job never waits in this process
+behind another while a lane or another worker could run it (issue 16: a worker that held
+eight jobs behind a 12-second one), and what it holds is what runs.
+
+While there is nothing to take it does not block on Redis itself: the blocker thread (below)
+waits in BLMOVE on its own connection, exactly as a worker of one job does (the landing list,
+the master's waker), while this thread waits on ``inbox`` for whichever comes first: a job
+that ended (its ack goes out at once), a job that landed, TERM. Reserve calls do not adopt
+(reserve.lua): the zset holds the jobs running now. After a reserve whose reply was lost,
+the next one adopts once the lanes are empty, which hands over what that call took.
+
+Jobs that must run alone (a class with ``threads: False``, or a suspect of a crash with many
+jobs in flight: recovery.py) wait until every lane is free; nothing else starts meanwhile,
+and one of them runs in this thread under SIGALRM (an async one on the loop, alone). TERM,
+quiet, a rolling restart and recycling stop the reserving and wait for every lane.
+
+Does not own the process's setup and signals (worker.py), the lanes (pool.py), nor one job
+(runner.py).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import threading
+import time
+
+import redis
+
+from .. import events
+from . import log as logsetup
+from .fetch import Fetcher
+from .pool import Pool
+from .runner import ASYNC, NO_TITLE, SOLO, Lane, Runner
+from .outcomes import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL
+from .sharedends import SharedEnds
+from .slots import Watch
+from .timeout import job_timeout
+from .watchdog import Watchdog
+
+log = logging.getLogger("queued.worker")
+
+#: Longest the dispatcher waits without looking around (ticks its record, notices a dead
+#: parent) (seconds).
+TICK = 1.0
+
+
+class Dispatcher:
+    def __init__(self, worker, fetcher: Fetcher, recorder):
+        w = self.w = worker
+        cfg = w.config
+        self.fetcher = fetcher
+        self.inbox: queue.SimpleQueue = w.inbox
+        self.ends = SharedEnds(cfg.redis_url, w.keys, w.identity, w.slot,
+                               cfg.dead_timeout_in_seconds, cfg.dead_max_jobs)
+        # the master's own record of this worker (record 0): only this thread writes it
+        self.header = Lane(0, w.writer, NO_TITLE, job_timeout)
+        self.runner = Runner(cfg, w.keys, w.identity, w.slot, self.ends, self.header, w.notes,
+                             w.joblog, self._lane_outage, lambda: w.stopping, recorder,
+                             offload_ends=True)
+        self.watchdog = Watchdog(w.slot, None, cfg.timeout_grace)
+        self.pool = Pool(w.threads, self.runner, w.table, w.slot, os.getpid(), self.inbox,
+                         self.watchdog.armed)
+        self.watchdog.pool = self.pool
+        self.blocker = Blocker(self._blocking_fetcher(), w, self.inbox)
+        self.landing = fetcher.block_queue  # the queue the blocker last waited on
+        self.solos: list = []   # (res, msg) reserved, to run alone once the lanes are free
+        self.extra: list = []   # reserved beyond the free lanes (an adopted lost reply)
+        self.recycler = w.recycler
+        self.alone: int | None = None  # the lane of a job running alone
+        self._main_ready = False
+
+    def _blocking_fetcher(self) -> Fetcher:
+        cfg, w = self.w.config, self.w
+        return Fetcher(cfg.redis_url, w.keys, w.identity, w.slot, w.queues, w.weighted,
+                       w.strict, cfg.fetch_timeout, cfg.dead_timeout_in_seconds,
+                       cfg.dead_max_jobs)
+
+    # --- the loop ----------------------------------------------------------------------------
+    def run(self) -> None:
+        self.watchdog.start()
+        self.blocker.start()
+        backoff = BACKOFF_START
+        while not (self.w.stopping and not self.pool.busy):
+            try:
+                self._cycle()
+                backoff = BACKOFF_START
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+                self.fetcher.reset_connection()
+                self._outage(e, backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+            except redis.ResponseError as e:
+                self._outage(e, backoff, "Redis refused a fetch")
+                backoff = min(backoff * 2, BACKOFF_MAX)
+            self.w.housekeeping()
+            self._show()
+        self._final_flush()
+
+    def _cycle(self) -> None:
+        self._collect()
+        self.runner.write_held()
+        self.ends.run_again()
+        self._tick()
+        if self.w.stopping or self._must_wait():
+            self._flush()
+            self._wait(TICK)
+            return
+        if self.solos:
+            # (the acks of the jobs before go out first, and are applied: a suspect may well
+            # kill this process, and they must not run again for it)
+            self.fetcher.ack_members(self.ends.take_acks())
+            self.fetcher.flush()
+            self._run_solo(*self.solos.pop(0))
+            return
+        if self.extra:
+            extra, self.extra = self.extra, []
+            self._start(extra)
+        free = self.pool.free - len(self.extra)
+        if free <= 0:
+            self._flush()
+            self._wait(TICK)
+            return
+        self.fetcher.ack_members(self.ends.take_acks())
+        jobs = self.fetcher.reserve(free, self.landing, adopt=not self.pool.busy)
+        if self.fetcher.bad_queues or self.fetcher.checked_all:
+            self.w._check_queues()
+        if not self.fetcher.registered:
+            self.w._wait_for_registration()
+            return
+        if jobs:
+            self._start(jobs)
+            return
+        if not self.blocker.blocking:
+            self.landing = self.blocker.order(self.w._idle_queue())
+        self._flush()
+        self._wait(TICK)
+
+    def _must_wait(self) -> bool:
+        """Reserve nothing now: a job runs alone; or jobs wait to run alone until the lanes
+        are free; or a reserve reply was lost and the next must adopt, which needs the lanes
+        empty."""
+        return self.alone is not None or (
+            bool(self.solos or self.fetcher.lost_reply) and self.pool.busy > 0)
+
+    def _start(self, jobs: list) -> None:
+        """Hand reserved jobs to free lanes, in order; those that must run alone wait for an
+        empty pool, those beyond the free lanes for the next free one."""
+        for i, res in enumerate(jobs):
+            if not self.pool.free:
+                self.extra = jobs[i:]
+                return
+            msg = self.runner.parse(res, self.header)
+            if msg is None:
+                continue
+            kind = self.runner.kind(msg)
+            if kind == SOLO:
+                self.solos.append((res, msg))
+            elif kind == ASYNC:
+                self.pool.run_async(self.pool.take(), res, msg)
+            else:
+                self.pool.run_sync(self.pool.take(), res, msg)
+
+    def _run_solo(self, res, msg) -> None:
+        """A job that must run alone, now that every lane is free: in this thread (SIGALRM is
+        its time limit), or an async one on the loop; nothing else starts until it ends."""
+        lane = self.pool.take()
+        self.alone = lane.number
+        if self.runner.is_async(msg):
+            self.pool.run_async(lane, res, msg)
+            return
+        self.pool.kinds[lane.number] = SOLO
+        if not self._main_ready:  # (this thread runs a job for the first time)
+            self._main_ready = True
+            events.fire("thread_start")
+        logsetup.set_lane(lane.number)
+        try:
+            self.runner.run(res, msg, Lane(lane.number, lane.writer, NO_TITLE, job_timeout))
+        finally:
+            logsetup.set_lane(0)
+            logsetup.set_context("")
+            self.inbox.put(("done", lane.number))
+
+    # --- what comes back -----------------------------------------------------------------------
+    def _wait(self, timeout: float) -> None:
+        try:
+            item = self.inbox.get(timeout=timeout)
+        except queue.Empty:
+            return
+        self._handle(item)
+        self._collect()
+
+    def _collect(self) -> None:
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            self._handle(item)
+
+    def _handle(self, item: tuple) -> None:
+        what = item[0]
+        if what == "done":
+            self.pool.release(item[1])
+            if item[1] == self.alone:
+                self.alone = None
+            if self.recycler is not None:
+                why = self.recycler.after_job(0.0)
+                if why and not self.w.stopping:
+                    log.info("recycling worker %d: %s; a fresh worker takes its place",
+                             self.w.slot, why)
+                    self.w.stopping = True
+        elif what == "unblocked" and item[2]:
+            self.landing = item[1]
+
+    def _flush(self) -> None:
+        """Before waiting: the acks of the jobs that ended go out now (no wait for the
+        reply), and their done lines."""
+        self.fetcher.ack_members(self.ends.take_acks())
+        self.fetcher.send_acks()
+        self.w.joblog.flush()
+
+    def _final_flush(self) -> None:
+        self.fetcher.ack_members(self.ends.take_acks())
+        try:
+            self.ends.run_again()
+        except (redis.RedisError, OSError):
+            pass  # still reserved: the master puts those jobs back (at-least-once)
+        self.w.joblog.flush()
+
+    # --- the process's record, title, outages ----------------------------------------------------
+    def _tick(self) -> None:
+        self.w.writer.tick(len(self.solos) + len(self.extra), self.watchdog.lag,
+                           self.watchdog.blocker)
+
+    def _show(self) -> None:
+        self.w.title.count(self.pool.busy, self.pool.size)
+
+    def _outage(self, err: Exception, backoff: float, what: str = "Redis unreachable") -> None:
+        if backoff == BACKOFF_START:
+            log.error("%s (%s); retrying with backoff", what, err)
+        until = time.monotonic() + backoff * (0.5 + random.random())
+        while (left := until - time.monotonic()) > 0:
+            self._tick()
+            self._wait(min(left, TICK))
+
+    def _lane_outage(self, err: Exception, backoff: float) -> None:
+        """A job thread could not write its job's end: say so once a minute, back off."""
+        if backoff == BACKOFF_START and self.w.notes.due("unregistered", LOG_INTERVAL):
+            log.error("Redis unreachable writing a job's end (%s); retrying with backoff", err)
+        time.sleep(backoff * (0.5 + random.random()))
+
+
+class Blocker:
+    """A worker's wait for a job while it has nothing to take: BLMOVE on its own connection,
+    into the slot's landing list (fetch.py), on the queue the dispatcher orders, in a thread
+    of its own, so the dispatcher is free meanwhile. It says it returned (a job landed, the
+    block timed out, the master's waker unblocked it) in the dispatcher's inbox."""
+
+    def __init__(self, fetcher: Fetcher, worker, inbox: queue.SimpleQueue):
+        self.fetcher = fetcher
+        self.w = worker
+        self.inbox = inbox
+        self.orders: queue.SimpleQueue = queue.SimpleQueue()
+        self.blocking = False
+        self.thread = threading.Thread(target=self._run, name="queued-blocker", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def order(self, queue_name: str | None) -> str | None:
+        """Wait on ``queue_name`` (None: on none, every queue is paused); returns it."""
+        self.blocking = True
+        self.orders.put(queue_name)
+        return queue_name or self.fetcher.block_queue
+
+    def _run(self) -> None:
+        w = self.w
+        while True:
+            queue_name = self.orders.get()
+            landed = None
+            try:
+                w.watch.set_client(w.slot, self.fetcher.connect())
+                if queue_name is None:
+                    w.watch.set(w.slot, Watch.NO_QUEUE)
+                    self.fetcher.wait(after_send=w._announce_idle)
+                else:
+                    w.watch.set(w.slot, w.queue_index(queue_name))
+                    landed = self.fetcher.block(queue_name, after_send=w._announce_idle)
+            except redis.ResponseError as e:
+                if "WRONGTYPE" in str(e):  # (as Worker._block: wait as long as a block would)
+                    w._bad_queue(queue_name)
+                time.sleep(self.fetcher.block_seconds)
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                self.fetcher.reset_connection()
+                time.sleep(BACKOFF_START)  # (the dispatcher's own calls say it, with backoff)
+            finally:
+                w.watch.set(w.slot, None)
+                self.blocking = False
+                self.inbox.put(("unblocked", queue_name or self.fetcher.block_queue,
+                                landed is not None))

@@ -1,0 +1,132 @@
+"""Jobs a worker holds behind a slow one go back to their queue (issue 16: one worker held seven
+quick jobs for 12 s behind a sleep(12) while two workers sat idle, and nothing showed them).
+
+A worker of one job at a time reserves up to ``prefetch`` jobs in one round trip while its jobs
+are short (worker.py ``_adapt``): most of a short job's cost is that round trip. The jobs of a
+batch run one after the other, so a job that turns out slow holds the rest. It cannot give
+them back itself (it is running the slow job, under SIGALRM, without a second thread), so the
+master does: a worker's slot record says how many jobs it holds behind the one it runs
+(``held``) and since when that one runs; once it has run HOLD_LIMIT, the master puts every
+job reserved after it back at the head of its queue (requeue.lua, keeping the jobs before it:
+finished, their acks still on the way), and raises the slot's ``revoked`` flag. Before its
+next job of the batch the worker looks at the flag: raised, it drops the rest of the batch
+(no longer its own) and asks Redis again.
+
+The master's act and the worker's look must not interleave (the worker would start a job the
+master is putting back: run twice). A byte-range lock on a file both hold (fcntl.lockf, one
+byte per slot) orders them: the master acts only while the record still shows the job it
+judged slow, under the lock; the worker looks under the same lock, after writing the end of
+its job. A lock of POSIX ``lockf`` goes away with the process holding it, so a worker killed
+while holding it cannot wedge its slot, and the master only ever tries it (LOCK_NB).
+
+A worker of many jobs at once holds no job it cannot start (dispatch.py): it needs none of
+this. Its ``held`` (jobs waiting to run alone) is shown, and counted in ``reserved``.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import mmap
+import tempfile
+import time
+
+import redis
+
+from . import recovery
+from .fetch import split_member
+from ..payload import jid_of
+from .slots import SlotTable, stored_jid
+
+log = logging.getLogger("queued.master")
+
+#: A job that has run this long with jobs reserved behind it gives them back (seconds).
+HOLD_LIMIT = 0.02
+
+
+class GiveBack:
+    """The master's side, and the shared lock and flags the worker looks at."""
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self.file = tempfile.TemporaryFile(prefix="queued-giveback-")  # (unlinked at once)
+        self.flags = mmap.mmap(-1, max(1, slots))
+        self.next_at: float | None = None
+
+    # --- the worker's side ---------------------------------------------------------------------
+    def revoked(self, slot: int) -> bool:
+        """Before the worker's next job of a batch: did the master take the rest back? (It
+        lowers the flag.) Under the lock, which the master holds while it acts."""
+        fd = self.file.fileno()
+        fcntl.lockf(fd, fcntl.LOCK_EX, 1, slot)
+        try:
+            if not self.flags[slot]:
+                return False
+            self.flags[slot] = 0
+            return True
+        finally:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, slot)
+
+    def clear(self, slot: int) -> None:
+        """Before a worker is forked into the slot (no worker owns it)."""
+        self.flags[slot] = 0
+
+    # --- the master's side ---------------------------------------------------------------------
+    def due_in(self, now: float) -> float | None:
+        return None if self.next_at is None else max(0.0, self.next_at - now)
+
+    def step(self, r: redis.Redis, keys, identity: str, config, table: SlotTable,
+             pids: dict[int, int]) -> None:
+        """Give back what each live worker (slot -> pid) holds behind a job that has run
+        HOLD_LIMIT or more; note when to look next. Redis errors go to the caller."""
+        now = time.monotonic()
+        self.next_at = None
+        for slot, pid in pids.items():
+            v = table.read(slot)
+            if not (v.busy and v.held and v.pid == pid):
+                continue
+            due = v.started + HOLD_LIMIT
+            if now < due:
+                self.next_at = due if self.next_at is None else min(self.next_at, due)
+                continue
+            self._act(r, keys, identity, config, table, slot, v)
+
+    def _act(self, r, keys, identity: str, config, table: SlotTable, slot: int, seen) -> None:
+        fd = self.file.fileno()
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, slot)
+        except OSError:
+            self.next_at = time.monotonic()  # (the worker is between two jobs: next turn)
+            return
+        try:
+            v = table.read(slot)
+            if not (v.busy and v.held and v.jid == seen.jid and v.started == seen.started):
+                return
+            # Raised first: if the call below fails, or its reply is lost, the worker drops
+            # its batch anyway, and its next reserve adopts whatever is still its own.
+            self.flags[slot] = 1
+            moved = give_back(r, keys, identity, config, slot, v.jid)
+        finally:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, slot)
+        if moved:
+            log.info("worker %d: %s jid=%s has run %.0f ms with %d job(s) reserved behind it; "
+                     "they went back to the head of their queues for an idle worker", slot,
+                     v.job_class, v.jid, (time.monotonic() - v.started) * 1000, moved)
+
+
+def give_back(r: redis.Redis, keys, identity: str, config, slot: int, jid: str) -> int:
+    """Put back what a slot reserved after the job ``jid`` it runs (a later score: reserve.lua
+    scores a batch in the order it runs it); keep it, those before it (finished, their acks on
+    the way) and failures held (score -1). The number put back."""
+    members = r.zrange(keys.reserved(identity, slot), 0, -1, withscores=True)
+    score = next((s for m, s in members if _jid(m) == jid), None)
+    if score is None:
+        return 0
+    keep = [m for m, s in members if s <= score]
+    if len(keep) == len(members):
+        return 0
+    return recovery.requeue_slot(r, keys, identity, slot, config.queue_names, keep=keep)
+
+
+def _jid(member: bytes) -> str | None:
+    found = jid_of(split_member(member)[1])
+    return stored_jid(found) if found is not None else None

@@ -1,0 +1,179 @@
+"""The threads and the event loop of a worker of many jobs at once (``threads`` > 1).
+
+A worker has ``threads`` lanes, numbered from 1: at most that many jobs run at once, sync and
+async together. A lane is free, or runs one job: a sync one on the lane's own job thread, an
+``async def`` one as a task on the process's one event loop (so an aiohttp session or an async
+database pool lives once per process), while that lane's thread waits. Each lane has its own
+record in the slot table and its own time limit; the lowest free lane is taken first, so the
+threads that run are few and warm, and a thread (or the loop's thread) is started only when a
+job first needs it. A thread fires the ``thread_start`` event before its first job.
+
+The dispatcher (dispatch.py, the main thread) is the only one to take or free a lane; the
+threads and the loop tell it a job ended through ``inbox`` (a SimpleQueue, which a signal
+handler may also put into). Threads and the loop are daemons: the process leaves through
+os._exit once its dispatcher has waited for every job (worker.py).
+
+Does not own fetching (dispatch.py) nor running one job (runner.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import queue
+import sys
+import threading
+import traceback
+
+from .. import events
+from . import log as logsetup
+from .runner import NO_TITLE, Lane, Runner
+from .slots import SlotWriter
+from .timeout import LaneTimer
+
+log = logging.getLogger("queued.worker")
+
+
+class Pool:
+    def __init__(self, size: int, runner: Runner, table, slot: int, pid: int,
+                 inbox: queue.SimpleQueue, on_arm=None):
+        self.size = size
+        self.runner = runner
+        self.table = table
+        self.slot = slot
+        self.inbox = inbox
+        self.lanes = {n: Lane(n, SlotWriter(table, slot, pid, n), NO_TITLE, LaneTimer(on_arm))
+                      for n in range(1, size + 1)}
+        self._free = list(self.lanes)  # a heap: the lowest free lane is taken first
+        self.kinds: dict[int, str] = {}  # lane -> "sync" or "async", while busy
+        self._inboxes: dict[int, queue.SimpleQueue] = {}
+        self._threads: dict[int, threading.Thread] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_ident = 0
+        self.async_code = Runner.run_async.__code__  # the watchdog finds a loop's job by it
+
+    # --- lanes (the dispatcher's) ------------------------------------------------------------
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    @property
+    def busy(self) -> int:
+        return self.size - len(self._free)
+
+    def take(self) -> Lane:
+        return self.lanes[heapq.heappop(self._free)]
+
+    def release(self, number: int) -> None:
+        self.kinds.pop(number, None)
+        heapq.heappush(self._free, number)
+
+    def run_sync(self, lane: Lane, res, msg: dict) -> None:
+        self.kinds[lane.number] = "sync"
+        box = self._inboxes.get(lane.number)
+        if box is None:
+            box = self._inboxes[lane.number] = queue.SimpleQueue()
+            thread = threading.Thread(target=self._thread, args=(lane, box), daemon=True,
+                                      name=f"queued-job-{lane.number}")
+            self._threads[lane.number] = thread
+            thread.start()
+        box.put((res, msg))
+
+    def run_async(self, lane: Lane, res, msg: dict) -> None:
+        self.kinds[lane.number] = "async"
+        if self.loop is None:
+            self._start_loop()
+        asyncio.run_coroutine_threadsafe(self._task(lane, res, msg), self.loop)
+
+    # --- the threads -------------------------------------------------------------------------
+    def _thread(self, lane: Lane, box: queue.SimpleQueue) -> None:
+        logsetup.set_lane(lane.number)
+        events.fire("thread_start")
+        while True:
+            res, msg = box.get()
+            try:
+                self.runner.run(res, msg, lane)
+            except BaseException:  # noqa: BLE001 - the job is still reserved: the master has it
+                log.exception("worker %d lane %d: the end of a job could not be written",
+                              self.slot, lane.number)
+            finally:
+                logsetup.set_context("")
+                self.inbox.put(("done", lane.number))
+
+    async def _task(self, lane: Lane, res, msg: dict) -> None:
+        logsetup.set_lane(lane.number)  # (this task's own context)
+        try:
+            await self.runner.run_async(res, msg, lane)
+        except BaseException:  # noqa: BLE001 - as _thread
+            log.exception("worker %d lane %d: the end of an async job could not be written",
+                          self.slot, lane.number)
+        finally:
+            self.inbox.put(("done", lane.number))
+
+    def _start_loop(self) -> None:
+        ready = threading.Event()
+        self.loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            self.loop_ident = threading.get_ident()
+            asyncio.set_event_loop(self.loop)
+            ready.set()
+            events.fire("thread_start")
+            self.loop.run_forever()
+
+        threading.Thread(target=run, name="queued-loop", daemon=True).start()
+        ready.wait()
+
+    # --- what the watchdog and a TTIN dump look at ---------------------------------------------
+    def timers(self) -> list[LaneTimer]:
+        return [self.lanes[n].timeout for n in list(self._threads)]
+
+    def async_busy(self) -> int:
+        return sum(1 for kind in list(self.kinds.values()) if kind == "async")
+
+    def lane_views(self) -> list:
+        return self.table.slot_views(self.slot)[1:]
+
+    def ident_of(self, number: int) -> int:
+        """The thread running lane ``number``'s sync job now (0: none, or an async job)."""
+        thread = self._threads.get(number)
+        return thread.ident if thread is not None and self.kinds.get(number) == "sync" else 0
+
+    def describe(self) -> str:
+        """Every job thread's stack and the event loop's tasks (TTIN)."""
+        frames = sys._current_frames()
+        parts = []
+        for number, thread in sorted(self._threads.items()):
+            frame = frames.get(thread.ident)
+            state = self.kinds.get(number, "idle")
+            parts.append(f"Thread queued-job-{number} ({state}):\n" + (
+                "".join(traceback.format_stack(frame)).rstrip() if frame else "(gone)"))
+        if self.loop is not None:
+            frame = frames.get(self.loop_ident)
+            parts.append("Thread queued-loop:\n" + (
+                "".join(traceback.format_stack(frame)).rstrip() if frame else "(gone)"))
+            parts.append(self._tasks())
+        return "\n".join(parts)
+
+    def _tasks(self) -> str:
+        try:
+            tasks = list(asyncio.all_tasks(self.loop))
+        except RuntimeError:  # (the set changed while we read it: the loop runs on)
+            return "Event loop tasks: (changing; ask again)"
+        lines = [f"Event loop tasks ({len(tasks)}):"]
+        for task in tasks:
+            lines.append(f"Task {task.get_name()} (awaiting, innermost last):")
+            lines.append("".join(traceback.format_list(_awaiting(task.get_coro()))).rstrip())
+        return "\n".join(lines)
+
+
+def _awaiting(coro) -> traceback.StackSummary:
+    """The frames of a suspended coroutine and of each one it awaits, down to where it waits
+    (Task.get_stack stops at the outermost)."""
+    frames = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            frames.append((frame, frame.f_lineno))
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return traceback.StackSummary.extract(frames)

@@ -1,0 +1,117 @@
+"""``async def perform`` jobs, as tasks on their worker's one event loop, in real daemons: each
+exactly once, each with its time limit (a cancellation), mixed with sync jobs within
+``threads``, a loop blocked by one job named and that job alone charged (issue 17)."""
+import time
+
+import jobs
+import pytest
+import threadjobs
+from threadjobs import AsyncBlocksLoop, AsyncCounted, AsyncNap, AsyncStuck, Counted
+
+from ctlrun import ctl
+from harness import counts, wait_for, zjobs
+
+JOBS = ("jobs.py", "threadjobs.py")
+
+
+def runs(r):
+    return counts(r, jobs.RUNS)
+
+
+def done(r):
+    return counts(r, jobs.DONE)
+
+
+@pytest.mark.parametrize("threads", [1, 20])
+def test_async_jobs_run_exactly_once_on_the_loop(daemon, producer, r, threads):
+    # Given workers of one job at a time, or of 20
+    d = daemon(concurrency=2, threads=threads, require=JOBS)
+    # When async jobs (a class and an @queued.job function) are pushed
+    jids = AsyncNap.perform_bulk([[0.01] for _ in range(200)])
+    fn = [threadjobs.async_function.perform_async("t:fn", i) for i in range(20)]
+    # Then each ran once, to its end
+    wait_for(lambda: len(done(r)) == 200, 30, what="200 async jobs done")
+    assert runs(r) == dict.fromkeys(jids, 1) and done(r) == dict.fromkeys(jids, 1)
+    wait_for(lambda: r.llen("t:fn") == 20, 10, what="the function jobs")
+    assert sorted(int(x) for x in r.lrange("t:fn", 0, -1)) == list(range(20))
+    wait_for(lambda: int(r.get("stat:processed") or 0) == 220, 10, what="the stats")
+    assert int(r.get("stat:failed") or 0) == 0 and len(fn) == 20
+    assert d.stop() == 0
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_an_async_job_past_its_timeout_is_cancelled(daemon, producer, r, threads):
+    d = daemon(concurrency=1, threads=threads, require=JOBS)
+    (worker,) = d.worker_pids()
+    # When an async job awaits far past its 0.5 s limit
+    jid = AsyncStuck.perform_async(60)
+    # Then it is cancelled: its cleanup (finally) runs, and it fails with JobTimeout (retry 0:
+    # to dead), its process alive and serving
+    (entry,) = wait_for(lambda: zjobs(r, "dead"), 10, what="the job in dead")
+    assert entry["jid"] == jid and entry["error_class"] == "JobTimeout"
+    assert "0.5s timeout and was cancelled" in entry["error_message"]
+    assert r.lrange(threadjobs.CLEANUP, 0, -1) == [jid.encode()]
+    nxt = jobs.Record.perform_async("next")
+    wait_for(lambda: done(r).get(nxt) == 1, 10, what="the next job")
+    assert d.worker_pids() == [worker] and "killing it" not in d.output()
+    assert d.stop() == 0
+
+
+def test_1000_sleeping_async_jobs_in_one_process_each_with_its_timeout(daemon, producer, r):
+    # Given one process that runs 1,000 jobs at once
+    d = daemon(concurrency=1, threads=1000, require=JOBS)
+    (worker,) = d.worker_pids()
+    # When 1,000 async jobs that would sleep 120 s, with a 6 s limit each, are pushed
+    t0 = time.monotonic()
+    jids = AsyncStuck.set(timeout=6).perform_bulk([[120]] * 1000)
+    # Then all 1,000 are in flight at once, in that one process, before any limit passed
+    wait_for(lambda: len(runs(r)) == 1000, 30, what="1,000 in flight")
+    assert r.zcard("dead") == 0
+    # And each is cancelled at its limit: all in dead with JobTimeout, long before 120 s, in
+    # the same process
+    wait_for(lambda: r.zcard("dead") == 1000, 60, what="1,000 cancelled")
+    assert time.monotonic() - t0 < 90
+    dead = zjobs(r, "dead")
+    assert sorted(e["jid"] for e in dead) == sorted(jids)
+    assert {e["error_class"] for e in dead} == {"JobTimeout"}
+    assert r.llen(threadjobs.CLEANUP) == 1000
+    assert d.worker_pids() == [worker] and "killing it" not in d.output()
+    assert d.stop() == 0
+
+
+def test_sync_and_async_jobs_share_one_process_within_threads(daemon, producer, r):
+    # Given one process of 6 threads
+    d = daemon(concurrency=1, threads=6, require=JOBS)
+    # When sync and async jobs that each count how many run at once are pushed together
+    sync = Counted.perform_bulk([[0.3]] * 12)
+    asyn = AsyncCounted.perform_bulk([[0.3]] * 12)
+    wait_for(lambda: len(done(r)) == 24, 30, what="every job done")
+    # Then both kinds ran there, many at once, never more than 6
+    assert runs(r) == dict.fromkeys(sync + asyn, 1)
+    assert 1 < int(r.get("t:most")) <= 6
+    assert d.stop() == 0
+
+
+def test_a_job_that_blocks_the_loop_is_named_and_alone_charged(daemon, producer, r):
+    # Given one process of 8 threads running async jobs with a 0.4 s limit, and a 4 s grace
+    d = daemon(concurrency=1, threads=8, timeout_grace=4, require=JOBS)
+    (worker,) = d.worker_pids()
+    victims = AsyncNap.set(timeout=0.4, retry=3).perform_bulk([[0.2]] * 5)
+    # When an async job blocks the loop (time.sleep inside async def) past its own limit
+    culprit = AsyncBlocksLoop.perform_async(60)
+    # Then the worker names the stuck loop and the job in it, before the master acts: in its
+    # log, and in what queuedctl processes shows
+    d.wait_log("the event loop has not run for", 10)
+    assert f"job {culprit} holds it" in d.output()
+    shown = wait_for(lambda: [line for line in ctl("processes", url=d.redis_url).stderr
+                              .splitlines() if "its event loop has not run" in line], 5,
+                     what="queuedctl processes naming the stuck loop")
+    assert f"stuck in job {culprit}" in shown[0]
+    # And the master kills the process and charges that job alone (its retry); the others,
+    # past their limits only because the loop was stuck, go back as they were and end once
+    (entry,) = wait_for(lambda: zjobs(r, "retry"), 15, what="the culprit's retry")
+    assert entry["jid"] == culprit and entry["error_class"] == "JobTimeout"
+    wait_for(lambda: all(done(r).get(j) == 1 for j in victims), 20, what="victims done")
+    assert r.zcard("retry") == 1 and r.zcard("dead") == 0
+    assert d.worker_pids() != [worker]
+    assert d.stop() == 0

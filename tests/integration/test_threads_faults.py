@@ -1,0 +1,245 @@
+"""Every guarantee per job in a worker of many jobs at once: reliable fetch under kill -9, a
+crash's culprit told from its bystanders, time limits in a thread (JobTimeout raised in it, or
+the process killed when the job blocks in C, its siblings put back without spending a retry),
+TERM and a rolling restart waiting for every job, a task exact, a class that opts out of
+threads (issue 17)."""
+import json
+import os
+import re
+import signal
+
+import jobs
+import threadjobs
+from threadjobs import Blocks, Counted, Held, NotThreadSafe, Spin
+
+from ctlrun import ctl
+from harness import counts, wait_for, zjobs
+from queued.task import Task
+
+JOBS = ("jobs.py", "threadjobs.py")
+
+
+def runs(r):
+    return counts(r, jobs.RUNS)
+
+
+def done(r):
+    return counts(r, jobs.DONE)
+
+
+def in_flight(r, jids) -> bool:
+    return all(j in runs(r) for j in jids)
+
+
+def test_kill_9_of_a_process_with_25_jobs_in_flight_loses_none(daemon, producer, r):
+    # Given one process of 25 threads running 25 jobs, and 25 more waiting in the queue
+    d = daemon(concurrency=1, threads=25, require=JOBS)
+    (worker,) = d.worker_pids()
+    running = Held.perform_bulk([["k9"]] * 25)
+    wait_for(lambda: in_flight(r, running), 20, what="25 jobs in flight")
+    waiting = jobs.Record.perform_bulk([[i] for i in range(25)])
+    # When the worker is SIGKILLed
+    os.kill(worker, signal.SIGKILL)
+    # Then all 25 go back at once (the master names them), nothing is lost, and once their
+    # gate opens each ends exactly once; none spent a retry or went to dead
+    d.wait_log("25 jobs running: none is known to be the culprit", 10)
+    jobs.open_gate(r, "k9")
+    wait_for(lambda: len(done(r)) == 50, 30, what="every job done")
+    assert {j: runs(r)[j] for j in running} == dict.fromkeys(running, 2)
+    assert done(r) == dict.fromkeys(running + waiting, 1)
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert r.llen("queue:default") == 0
+    assert d.stop() == 0
+
+
+def test_a_crash_with_many_jobs_in_flight_charges_only_its_culprit(daemon, producer, r):
+    # Given one process of 25 threads running 10 jobs, and max_crashes 3
+    d = daemon(concurrency=1, threads=25, max_crashes=3, require=JOBS)
+    bystanders = Held.perform_bulk([["crash"]] * 10)
+    wait_for(lambda: in_flight(r, bystanders), 20, what="10 jobs in flight")
+    # When a job that kills its worker starts beside them
+    culprit = jobs.Crash.perform_async("kill")
+    # Then the crash charges nobody: each of the 11 goes back a suspect and runs next alone,
+    # where the culprit's crashes are its own: it alone reaches dead, after 3 crashes alone
+    d.wait_log("with 11 jobs running: none is known to be the culprit", 10)
+    jobs.open_gate(r, "crash")
+    (dead,) = wait_for(lambda: zjobs(r, "dead"), 30, what="the culprit in dead")
+    assert dead["jid"] == culprit and dead["error_class"] == "WorkerKilled"
+    assert "killed its worker 3 times" in dead["error_message"]
+    assert runs(r)[culprit] == 4  # once among the 11, then three times alone
+    # And every bystander ended once, no retry spent, nothing of it left anywhere
+    wait_for(lambda: all(done(r).get(j) == 1 for j in bystanders), 20, what="bystanders done")
+    assert {j: runs(r)[j] for j in bystanders} == dict.fromkeys(bystanders, 2)
+    assert r.zcard("retry") == 0 and r.llen("queue:default") == 0
+    assert d.stop() == 0
+
+
+def test_a_python_loop_past_its_timeout_gets_jobtimeout_in_its_thread(daemon, producer, r):
+    # Given one process of 4 threads, 3 of them running jobs that wait on a gate
+    d = daemon(concurrency=1, threads=4, require=JOBS)
+    (worker,) = d.worker_pids()
+    others = Held.perform_bulk([["loop"]] * 3)
+    wait_for(lambda: in_flight(r, others), 20, what="3 jobs in flight")
+    # When a job that loops in pure Python runs past its 0.5 s limit
+    jid = Spin.perform_async()
+    # Then JobTimeout is raised inside it, in its thread: its own except clause saw it, and
+    # it failed to retry with that error
+    (entry,) = wait_for(lambda: zjobs(r, "retry"), 10, what="its retry")
+    assert entry["jid"] == jid and entry["error_class"] == "JobTimeout"
+    assert "0.5s timeout" in entry["error_message"]
+    assert r.lrange(threadjobs.SPIN, 0, -1) == [jid.encode()]
+    # And the process lived on: its other jobs run to their end there
+    jobs.open_gate(r, "loop")
+    wait_for(lambda: all(done(r).get(j) == 1 for j in others), 10, what="the others done")
+    assert d.worker_pids() == [worker] and "killing it" not in d.output()
+    assert d.stop() == 0
+
+
+def test_a_job_blocked_in_c_past_its_timeout_gets_its_process_killed_and_siblings_requeued(
+        daemon, producer, r):
+    # Given one process of 8 threads, 5 of them running jobs that wait on a gate, and a
+    # 3 s grace after a time limit
+    d = daemon(concurrency=1, threads=8, timeout_grace=3, require=JOBS)
+    (worker,) = d.worker_pids()
+    siblings = Held.perform_bulk([["block"]] * 5)
+    wait_for(lambda: in_flight(r, siblings), 20, what="5 jobs in flight")
+    # When a job blocks in time.sleep (C) far past its 0.3 s limit
+    jid = Blocks.perform_async(60)
+    # Then it is named before the master acts: in queuedctl processes and in the worker's log
+    # (with its thread's stack); then the master kills the process
+    shown = wait_for(lambda: [line for line in ctl("processes", url=d.redis_url).stderr
+                              .splitlines() if f"Blocks jid={jid} is" in line], 5,
+                     what="queuedctl processes naming the job past its limit")
+    assert re.search(r"thread \d+: Blocks jid=\w+ is [\d.]+s past its timeout", shown[0])
+    d.wait_log(f"jid={jid} is still running", 10)
+    assert "time.sleep(seconds)" in d.output()  # (its thread's stack: where it blocks)
+    (entry,) = wait_for(lambda: zjobs(r, "retry"), 10, what="the culprit's retry")
+    assert entry["jid"] == jid and entry["error_class"] == "JobTimeout"
+    assert "ignored its JobTimeout; its worker was killed" in entry["error_message"]
+    assert entry["retry_count"] == 0
+    out = d.output()
+    assert "its 5 other running job(s) go back to their queues, no retry spent" in out
+    # And its siblings went back as they were (no retry spent, no suspect mark: the culprit
+    # is known) and end once each on the new worker
+    wait_for(lambda: d.worker_pids() and d.worker_pids() != [worker], 10, what="new worker")
+    jobs.open_gate(r, "block")
+    wait_for(lambda: all(done(r).get(j) == 1 for j in siblings), 20, what="siblings done")
+    assert {j: runs(r)[j] for j in siblings} == dict.fromkeys(siblings, 2)
+    assert r.zcard("retry") == 1 and r.zcard("dead") == 0
+    assert "none is known to be the culprit" not in d.output()
+    assert d.stop() == 0
+
+
+def test_term_with_25_jobs_in_flight_waits_for_each(daemon, producer, r):
+    # Given one process of 25 threads running 25 jobs
+    d = daemon(concurrency=1, threads=25, require=JOBS)
+    running = Held.perform_bulk([["term"]] * 25)
+    wait_for(lambda: in_flight(r, running), 20, what="25 jobs in flight")
+    # When the master gets TERM, and the jobs end after it
+    d.signal(signal.SIGTERM)
+    d.wait_log("shutting down", 5)
+    jobs.open_gate(r, "term")
+    # Then every job ends there, once, and the daemon exits 0 with nothing left behind
+    assert d.wait(30) == 0
+    assert done(r) == dict.fromkeys(running, 1)
+    assert r.llen("queue:default") == 0 and r.keys("queued:reserved:*") == []
+
+
+def test_term_past_its_deadline_puts_every_running_job_back(daemon, producer, r):
+    # Given one process of 25 threads running 25 jobs, and a 1 s shutdown timeout
+    d = daemon(concurrency=1, threads=25, shutdown_timeout=1, require=JOBS)
+    running = Held.perform_bulk([["late"]] * 25)
+    wait_for(lambda: in_flight(r, running), 20, what="25 jobs in flight")
+    # When TERM comes and the jobs outlive the deadline
+    d.signal(signal.SIGTERM)
+    assert d.wait(30) == 0
+    # Then all 25 are back at the head of their queue, as they were: no retry, no suspect
+    back = [json.loads(p) for p in r.lrange("queue:default", 0, -1)]
+    assert sorted(j["jid"] for j in back) == sorted(running)
+    assert not any("queued_suspect" in j or "retry_count" in j for j in back)
+    assert r.keys("queued:reserved:*") == []
+
+
+def test_a_rolling_restart_with_threads_runs_each_job_once(daemon, producer, r):
+    # Given two processes of 10 threads with jobs running and more coming
+    d = daemon(concurrency=2, threads=10, require=JOBS)
+    first = d.worker_pids()
+    running = Held.perform_bulk([["hup"]] * 12)
+    wait_for(lambda: in_flight(r, running), 20, what="12 jobs in flight")
+    # When HUP replaces every worker (each leaves after its jobs) while jobs keep coming
+    d.signal(signal.SIGHUP)
+    more = jobs.Record.perform_bulk([[i] for i in range(300)])
+    jobs.open_gate(r, "hup")
+    # Then every job ran exactly once, and no worker of before is left
+    wait_for(lambda: len(done(r)) == 312, 30, what="every job done")
+    assert runs(r) == dict.fromkeys(running + more, 1)
+    wait_for(lambda: len(d.worker_pids()) == 2 and not set(d.worker_pids()) & set(first), 20,
+             what="both workers replaced")
+    assert d.stop() == 0
+
+
+def test_a_task_of_1000_jobs_over_threads_is_exact(daemon, producer, r):
+    # Given two processes of 25 threads
+    d = daemon(concurrency=2, threads=25, require=JOBS)
+    # When a task of 1,000 jobs runs there
+    task = Task(description="threads")
+    with task:
+        jids = jobs.Record.perform_bulk([[i] for i in range(1000)])
+    found = Task.find(task.id)
+    wait_for(lambda: found.progress()["complete"], 60, what="the task complete")
+    # Then its counts are exact and each job ran once
+    progress = found.progress()
+    assert (progress["total"], progress["finished"], progress["failed"], progress["error"]) \
+        == (1000, 1000, 0, 0)
+    assert runs(r) == dict.fromkeys(jids, 1)
+    assert d.stop() == 0
+
+
+def test_a_class_that_is_not_thread_safe_runs_alone_in_the_main_thread(daemon, producer, r):
+    # Given one process of 8 threads, busy with jobs that count how many run at once
+    d = daemon(concurrency=1, threads=8, require=JOBS)
+    busy = Counted.perform_bulk([[0.3]] * 16)
+    # When jobs of a class with queued_options {"threads": False} come between them
+    alone = NotThreadSafe.perform_bulk([[0.2]] * 3)
+    more = Counted.perform_bulk([[0.3]] * 16)
+    wait_for(lambda: len(done(r)) == 35, 30, what="every job done")
+    # Then each of those ran in the main thread with nothing else running, and the others
+    # ran many at once
+    seen = {k.decode(): v.decode() for k, v in r.hgetall(threadjobs.SEEN).items()}
+    assert {seen[j] for j in alone} == {"MainThread|0"}
+    assert int(r.get("t:most")) > 1
+    assert runs(r) == dict.fromkeys(busy + alone + more, 1)
+    assert d.stop() == 0
+
+
+def test_max_jobs_recycles_a_threaded_worker_after_its_jobs_each_once(daemon, producer, r):
+    # Given processes of 5 threads that leave after 20 jobs
+    d = daemon(concurrency=1, threads=5, max_jobs=20, require=JOBS)
+    first = d.worker_pids()
+    # When 100 jobs run
+    jids = jobs.Record.perform_bulk([[i] for i in range(100)])
+    wait_for(lambda: len(done(r)) == 100, 30, what="100 jobs done")
+    # Then each ran once, and the worker was replaced (each after its jobs, nothing lost)
+    assert runs(r) == dict.fromkeys(jids, 1)
+    assert "recycling worker 0: ran" in d.output()
+    wait_for(lambda: d.worker_pids() and set(d.worker_pids()) != set(first), 10,
+             what="a fresh worker")
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0
+    assert d.stop() == 0
+
+
+def test_job_operations_from_threads_and_async_jobs(daemon, producer, r):
+    # Given one process of 4 threads
+    d = daemon(concurrency=1, threads=4, require=JOBS)
+    # When jobs release themselves, bury themselves and touch their lease from job threads
+    released = jobs.Releases.perform_async(0, 1)
+    buried = jobs.Buries.perform_async("not today")
+    touched = jobs.Touches.perform_async(0.3, 0.1)
+    wait_for(lambda: all(done(r).get(j) == 1 for j in (released, touched)), 10, what="done")
+    (entry,) = wait_for(lambda: zjobs(r, "dead"), 10, what="the buried job")
+    # Then each did what it says, as in a worker of one job at a time
+    assert runs(r)[released] == 2 and entry["jid"] == buried
+    assert entry["error_class"] == "Buried" and entry["bury_count"] == 1
+    assert set(r.lrange("t:touched", 0, -1)) == {b"1"} and r.llen("t:caught") == 0
+    assert r.zcard("retry") == 0 and r.llen("queue:default") == 0
+    assert d.stop() == 0

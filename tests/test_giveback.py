@@ -1,0 +1,43 @@
+"""giveback.py: the jobs a worker reserved behind one that runs long go back to the head of
+their queue, the ones before it (finished, acks on the way) and it stay (issue 16)."""
+import json
+import time
+
+from queued import config
+from queued.keys import Keys
+from queued.server.giveback import HOLD_LIMIT, GiveBack, give_back
+from queued.server.slots import SlotTable, SlotWriter
+
+from conftest import FETCH_IDENTITY, job
+
+K = Keys()
+CFG = config.from_dict({"queues": ["default"]}, environ={})
+
+
+def test_give_back_keeps_the_running_job_and_those_before_it(r, make_fetcher):
+    f = make_fetcher()
+    r.lpush("queue:default", *[job(i) for i in range(1, 6)])
+    batch = f.reserve(5)
+    running = json.loads(batch[1].payload)["jid"]
+    assert give_back(r, K, FETCH_IDENTITY, CFG, 0, running) == 3
+    # the later three are back, in their order, at the head (the right end: next to run)
+    assert r.lrange("queue:default", 0, -1) == [job(5), job(4), job(3)]
+    assert r.zrange(K.reserved(FETCH_IDENTITY, 0), 0, -1) == [b.member for b in batch[:2]]
+
+
+def test_the_master_acts_once_the_job_in_front_ran_past_the_limit(r, make_fetcher):
+    f = make_fetcher()
+    r.lpush("queue:default", *[job(i) for i in range(1, 4)])
+    batch = f.reserve(3)
+    table = SlotTable(1)
+    w = SlotWriter(table, 0, 4242)
+    gb = GiveBack(1)
+    w.begin(json.loads(batch[0].payload)["jid"], "default", "X", None, held=2)
+    gb.step(r, K, FETCH_IDENTITY, CFG, table, {0: 4242})
+    assert r.llen("queue:default") == 0 and gb.due_in(time.monotonic()) <= HOLD_LIMIT
+    assert not gb.revoked(0)
+    time.sleep(HOLD_LIMIT)
+    gb.step(r, K, FETCH_IDENTITY, CFG, table, {0: 4242})
+    assert r.lrange("queue:default", 0, -1) == [job(3), job(2)]
+    # the worker sees it before its next job of the batch, once
+    assert gb.revoked(0) and not gb.revoked(0)
