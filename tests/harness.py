@@ -142,8 +142,9 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-#: A worker's process title (titles.WorkerTitle): ``queued <version> [tag] worker <slot>: ...``.
-WORKER_TITLE = re.compile(r"^queued \S+ (?:.* )?worker \d+: ")
+#: A worker's process title (titles.WorkerTitle): ``queued <version> [tag] worker <slot>: ...``,
+#: or with threads ``... worker <slot> [0 of 5 busy]``.
+WORKER_TITLE = re.compile(r"^queued \S+ (?:.* )?worker \d+(?:: | \[\d+ of \d+ busy\])")
 
 # What pip writes for the console script `queued` (setup.cfg entry point): run as a file, so
 # sys.path[0] is its own folder, not the working directory, as for an installed `queued`.
@@ -205,7 +206,7 @@ class Daemon:
 
     def wait_up(self, timeout=60.0) -> list[int]:
         """Wait until the master is registered (its process hash) and every one of its
-        ``concurrency`` workers has started; the workers' pids. Waiting for one worker let
+        worker processes has started; the workers' pids. Waiting for one worker let
         tests begin while the others were still forking: a push raced a worker that had not
         blocked yet, a forked worker still held the master's listening socket. (60 s bounds
         only a failure: a loaded 2-core box once took more than 20 s.)"""
@@ -232,16 +233,17 @@ class Daemon:
                 f"log ends:\n{self.output()[-3000:]}")
 
     def _all_up(self) -> list[int] | None:
-        want = self.concurrency()
+        want = self.processes()
         up = self.workers_up()
         return up if want is not None and len(up) >= want else None
 
-    def concurrency(self) -> int | None:
-        """The workers the master says it runs (``info`` of its process hash), once it has
-        written one."""
+    def processes(self) -> int | None:
+        """The worker processes the master says it runs (``processes`` in the ``info`` of its
+        process hash, whose ``concurrency`` is jobs at once: processes x threads), once it
+        has written one."""
         ident = self.identity()
         info = ident and self.r.hget(ident, "info")
-        return json.loads(info)["concurrency"] if info else None
+        return json.loads(info)["processes"] if info else None
 
     def workers_up(self) -> list[int]:
         """The pids of the master's workers that have started: a worker's title names its
@@ -280,7 +282,7 @@ class Daemon:
         leaving (recycled, replaced) never blocks again, so it is gone by then."""
         def idle():
             up, blocked = self.workers_up(), self.blocked_workers()
-            want = self.concurrency()
+            want = self.processes()
             return (want is not None and len(up) == want and sorted(blocked) == sorted(up)
                     and (up or want == 0))
         try:
