@@ -22,7 +22,9 @@ task lives ``ttl_success`` (or ``ttl_failure`` if any job failed), one whose job
 ``ttl_idle`` after the last move (an abandoned task).
 
 Inside a database transaction (queued.django), a task's writes wait for the commit as a push
-does (none if it rolls back); its id is known at once. ``after_commit=False`` writes at once.
+does (none if it rolls back); its id is known at once. ``after_commit=False`` writes at once,
+a database alias waits for that database's commit. The jobs of a block go with the task: a
+push inside the block is handed to it at once, whatever the push's own ``after_commit``.
 In queued.testing's fake and inline modes a task lives in memory (testing/tasks.py): every
 method that reads or writes Redis hands over to it first.
 """
