@@ -35,7 +35,7 @@ from typing import Any, Iterable, NamedTuple
 
 from .connection import Script
 from .keys import Keys
-from .payload import dumps
+from .payload import MAX_SECONDS, check_seconds, dumps, seconds_of
 
 #: Payload keys: the lock period in seconds, when it ends ("success", the default, or
 #: "start"), and the digest of the job's (class, queue, args).
@@ -59,11 +59,10 @@ class Lock(NamedTuple):
 
 def period(msg: dict) -> float | None:
     """The job's ``unique_for`` in seconds, or None: not a unique job (absent, or not a
-    positive number: a foreign producer's odd value is ignored rather than failing the job)."""
-    value = msg.get(UNIQUE_FOR)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        return None
-    return float(value)
+    positive number: a foreign producer's odd value is ignored rather than failing the job).
+    A bigger one than MAX_SECONDS is MAX_SECONDS (payload.seconds_of: 1e308 or 10**400
+    raised OverflowError on every take, 1e20 made Redis refuse the lock's expiry)."""
+    return seconds_of(msg.get(UNIQUE_FOR))
 
 
 def digest(msg: dict) -> str:
@@ -82,7 +81,7 @@ def lock_of(keys: Keys, msg: dict, delay: float = 0.0) -> Lock | None:
     seconds = period(msg)
     if seconds is None:
         return None
-    ttl_ms = max(1, int((seconds + max(0.0, delay)) * 1000))
+    ttl_ms = max(1, int(min(seconds + max(0.0, delay), 2 * MAX_SECONDS) * 1000))
     return Lock(keys.unique(digest(msg)), str(msg.get("jid")), ttl_ms,
                 msg.get(UNIQUE_UNTIL) == "start")
 
@@ -90,9 +89,7 @@ def lock_of(keys: Keys, msg: dict, delay: float = 0.0) -> Lock | None:
 def check_item(item: dict) -> None:
     """A push's unique keys, checked as the options are (job.py): ValueError naming the key."""
     if UNIQUE_FOR in item:
-        value = item[UNIQUE_FOR]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f'job "unique_for" must be a number of seconds > 0, not {value!r}')
+        check_seconds(UNIQUE_FOR, item[UNIQUE_FOR])
     if UNIQUE_UNTIL in item and item[UNIQUE_UNTIL] not in UNTIL:
         raise ValueError(f'job "unique_until" must be "success" or "start", '
                          f'not {item[UNIQUE_UNTIL]!r}')

@@ -284,6 +284,22 @@ def test_limiter_definitions_are_checked():
         queued.Limiter.concurrent("c", 1, lock_timeout=0)
 
 
+@pytest.mark.parametrize("huge", [1e300, float("inf"), 10**400, 315360001])
+def test_limiter_times_past_ten_years_are_refused_at_the_definition(huge):
+    # (lock_timeout=1e300 was taken, then every take failed in Redis: rt3 #2)
+    for make, what in (
+            (lambda: queued.Limiter.concurrent("c", 1, lock_timeout=huge), "lock_timeout"),
+            (lambda: queued.Limiter.concurrent("c", 1, wait_timeout=huge), "wait_timeout"),
+            (lambda: queued.Limiter.window("w", 1, huge), "seconds"),
+            (lambda: queued.Limiter.leaky("l", 1, huge), "seconds")):
+        with pytest.raises(ValueError, match=rf"{what} is a number of seconds .* at most "
+                                             r"315360000"):
+            make()
+    with pytest.raises(ValueError, match="reschedule is a whole number >= 0 and at most 10000"):
+        queued.Limiter.bucket("b", 1, "second", reschedule=10**400)
+    queued.Limiter.concurrent("c", 1, lock_timeout=315360000, wait_timeout=315360000)
+
+
 def test_backoff_is_sidekiq_enterprises_linear_formula():
     rand = random.Random(7)
     expected = random.Random(7)

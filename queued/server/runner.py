@@ -360,9 +360,9 @@ class Runner:
                                       else 0.9 * known + 0.1 * elapsed)
 
     def _timeout(self, msg: dict, cls) -> float | None:
-        value = msg.get("timeout")
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return float(value)
+        value = codec.seconds_of(msg.get("timeout"))  # (1e12 or 10**400: at most ten years)
+        if value is not None:
+            return value
         if cls is not None:
             if cls not in self._class_timeouts:  # options are fixed once the class exists
                 value = cls.get_options().get("timeout")

@@ -162,3 +162,24 @@ class SlowFail(queued.Job):
         _start(self)
         time.sleep(seconds)
         raise RuntimeError(f"slow failure {tag}")
+
+
+class Fails(queued.Job):
+    """Raises at once: its retry follows Sidekiq's formula from the payload's retry_count."""
+
+    def perform(self, tag=None):
+        _start(self)
+        raise RuntimeError(f"fails {tag}")
+
+
+#: A limiter no job ever holds a unit of; OverLimited raises its OverLimit all the same.
+ODD = queued.Limiter.concurrent("odd", 1, wait_timeout=0, reschedule=2)
+
+
+class OverLimited(queued.Job):
+    """Over its limiter's limit on every run: rescheduled ``reschedule`` times, then dead."""
+    queued_options = {"retry": 0}
+
+    def perform(self, tag=None):
+        _start(self)
+        raise queued.OverLimit(ODD)
