@@ -198,15 +198,18 @@ class Limiter:
 
     # --- the worker's side: an OverLimit raised out of a job (server/guards.py) -------------
     def park_call(self, keys: Any, payload: str, overrated: int, wait: float | None,
-                  rand: random.Random | None = None) -> tuple[list, list]:
+                  rand: random.Random | None = None, cap: float | None = None
+                  ) -> tuple[list, list]:
         """KEYS and ARGV of limit_park.lua for a job rescheduled after this limiter's
-        OverLimit: ``payload`` as it goes to schedule, its ``overrated`` count (this one
-        included)."""
+        OverLimit: ``payload`` as it is in the schedule, its ``overrated`` count (this one
+        included), ``cap`` the seconds from now it is scheduled at already (None: its
+        ``backoff``)."""
         rand = rand or random
         spacing = self.spacing()
-        cap = backoff(overrated, rand)
+        if cap is None:
+            cap = backoff(overrated, rand)
         ks = [keys.limiter(self.name), keys.limiter(self.name, "parked"),
-              keys.limiter(self.name, "leases"), keys.counter("overlimit")]
+              keys.limiter(self.name, "leases"), keys.counter("overlimit"), keys.schedule]
         jitter = WAKE_JITTER * rand.random() if spacing is None else spacing * rand.random()
         args = [self.kind, self._now(), repr(float(cap)), repr(-1.0 if wait is None else wait),
                 repr(spacing or 0.0), repr(jitter), payload, self.size,

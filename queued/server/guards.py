@@ -14,9 +14,9 @@ none of this a dict lookup (the daemon's per-job cost must not move: docs/benchm
   JobFailed, bury): its lock goes. A retry, a release or an over-limit reschedule keeps it: the
   job is still pending (Sidekiq Enterprise #6448 let duplicates in while one waited to retry).
 - ``overlimit(res, msg, error, task_id)`` when ``queued.OverLimit`` came out of ``perform``: the
-  job is rescheduled, no failure, ``overrated`` counted in its payload, woken when its limiter
-  has room (limit_park.lua) and at the latest after Sidekiq Enterprise's backoff; past the
-  limiter's ``reschedule`` it takes the retry path (False).
+  job is rescheduled, no failure, ``overrated`` counted in its payload, at the latest after
+  Sidekiq Enterprise's backoff, then parked to be woken when its limiter has room
+  (limit_park.lua); past the limiter's ``reschedule`` it takes the retry path (False).
 - ``retry_past_deadline(...)``: a failure whose retry would come after the job's deadline
   expires it now instead (a retry never extends it).
 
@@ -30,6 +30,8 @@ import logging
 import random
 import time
 from typing import Callable
+
+import redis
 
 from .. import expiry, tracking, unique
 from .. import payload as codec
@@ -137,11 +139,20 @@ class Guards:
         again = _fresh(msg)
         again[OVERRATED] = overrated
         payload = codec.dumps(again)
-        ks, args = limiter.park_call(self.keys, payload, overrated, error.wait)
-        wake = float(self.ends.run_script(limiter_park(), ks, args))
+        # Into the schedule at its latest time first, then parked (limit_park.lua brings it
+        # forward): parked first, a release between the two found no schedule entry to wake,
+        # and the job slept until its cap with the limiter idle (red team rt3 #3).
+        cap = limiter_backoff(overrated)
+        self.record(res, "later", time.time() + cap, payload, task=_enqueued(task_id, msg))
+        ks, args = limiter.park_call(self.keys, payload, overrated, error.wait, cap=cap)
+        try:
+            wake = float(self.ends.run_script(limiter_park(), ks, args))
+        except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError) as e:
+            wake = time.time() + cap  # (it is in the schedule: it runs at its cap)
+            log.warning("over limit: %s; could not park it (%s): it runs at its latest time",
+                        error, e)
         log.info("over limit: %s; rescheduled (%d of %d), runs again in %.2fs at the latest",
                  error, overrated, limiter.reschedule, max(0.0, wake - time.time()))
-        self.record(res, "later", wake, payload, task=_enqueued(task_id, msg))
         error.rescheduled = True
         return True
 
@@ -160,6 +171,11 @@ class Guards:
 def limiter_park():
     from ..limiter import PARK  # (the limiter module is imported by job code anyway)
     return PARK
+
+
+def limiter_backoff(overrated: int) -> float:
+    from ..limiter import backoff
+    return backoff(overrated)
 
 
 def _fresh(msg: dict) -> dict:
