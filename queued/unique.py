@@ -24,7 +24,12 @@ otherwise when its TTL runs out.
 
 The digest is written into the payload (``unique_digest``), so a job whose queue changes
 (``retry_queue``) still finds its lock; a payload without one gets it computed from its
-(class, queue, args).
+(class, queue, args), its queue being the one it was taken from when it names none.
+
+A job pushed without a jid runs under a jid made from its bytes (payload.derived_jid): two
+identical pushes share it. Its run holds the lock as ``<jid>:<nonce>`` (run_holder), so the
+second copy finds the lock held by another and is put off, under a jid of its own; the job's
+later payloads (a retry) carry the jid, and a lock ``<jid>:<nonce>`` is theirs too.
 """
 from __future__ import annotations
 
@@ -65,25 +70,41 @@ def period(msg: dict) -> float | None:
     return seconds_of(msg.get(UNIQUE_FOR))
 
 
-def digest(msg: dict) -> str:
+def digest(msg: dict, queue: str | None = None) -> str:
     """The digest of a job's (class, queue, args): its own ``unique_digest`` if it carries a
-    well-formed one, else SHA-1 of their JSON (the shape of Sidekiq Enterprise's key)."""
+    well-formed one, else SHA-1 of their JSON (the shape of Sidekiq Enterprise's key). A
+    payload without a "queue" string (a hand-written push) is in ``queue``, the one it was
+    taken from, else Sidekiq's "default": the queue its twin pushed by queued's client names
+    (with null, the two named two locks and ran at once)."""
     given = msg.get(DIGEST)
     if isinstance(given, str) and _HEX40.fullmatch(given):
         return given
-    text = dumps([msg.get("class"), msg.get("queue"), msg.get("args")])
+    named = msg.get("queue")
+    if not isinstance(named, str) or not named:
+        named = queue or "default"
+    text = dumps([msg.get("class"), named, msg.get("args")])
     return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def lock_of(keys: Keys, msg: dict, delay: float = 0.0) -> Lock | None:
+def lock_of(keys: Keys, msg: dict, delay: float = 0.0, queue: str | None = None,
+            holder: str | None = None) -> Lock | None:
     """The lock of a parsed job (None if it is not unique); ``delay``: seconds until a
-    scheduled job runs (its lock lasts that much longer)."""
+    scheduled job runs (its lock lasts that much longer); ``queue``: the queue it was taken
+    from (see digest); ``holder``: what the lock holds (default: its jid; see run_holder)."""
     seconds = period(msg)
     if seconds is None:
         return None
     ttl_ms = max(1, int(min(seconds + max(0.0, delay), 2 * MAX_SECONDS) * 1000))
-    return Lock(keys.unique(digest(msg)), str(msg.get("jid")), ttl_ms,
+    return Lock(keys.unique(digest(msg, queue)), holder or str(msg.get("jid")), ttl_ms,
                 msg.get(UNIQUE_UNTIL) == "start")
+
+
+def run_holder(jid: str) -> str:
+    """What the lock holds for a run of a job pushed without a jid: its jid (made from its
+    bytes: two identical pushes share it) and a nonce of this run, so two copies never take
+    the lock as their own. The job's later payloads (a retry) carry that jid as their own, and
+    a lock ``<jid>:<nonce>`` is their own (unique_start.lua, unique_release.lua)."""
+    return f"{jid}:{os.urandom(6).hex()}"
 
 
 def check_item(item: dict) -> None:
@@ -103,19 +124,25 @@ def release_call(locks: Iterable[tuple[str, str]]) -> tuple[list, list]:
     return [key for key, _ in pairs], [jid for _, jid in pairs]
 
 
-def held_by(keys: Keys, msgs: Iterable[dict | None]) -> list[tuple[str, str]]:
-    """The (lock key, jid) of each unique job among ``msgs`` (parsed payloads; None skipped)."""
+def held_by(keys: Keys, msgs: Iterable[dict | None],
+            queue: str | None = None) -> list[tuple[str, str]]:
+    """The (lock key, jid) of each unique job among ``msgs`` (parsed payloads; None skipped),
+    taken from ``queue`` (for those without a "queue" key: see digest)."""
     out = []
     for msg in msgs:
         if msg is not None and period(msg) is not None and isinstance(msg.get("jid"), str):
-            out.append((keys.unique(digest(msg)), msg["jid"]))
+            out.append((keys.unique(digest(msg, queue)), msg["jid"]))
     return out
 
 
-def release(r: Any, keys: Keys, msgs: Iterable[dict | None]) -> int:
+def release(r: Any, keys: Keys, msgs: Iterable[dict | None], queue: str | None = None) -> int:
     """Give up the locks these jobs hold (those that hold one); the number released. For the
     master (a job it sent to dead) and the operator's side (a job deleted or killed)."""
-    pairs = held_by(keys, msgs)
+    return release_pairs(r, held_by(keys, msgs, queue))
+
+
+def release_pairs(r: Any, pairs: list[tuple[str, str]]) -> int:
+    """Give up these (lock key, jid) locks, each if that jid holds it; the number released."""
     if not pairs:
         return 0
     return int(UNIQUE_RELEASE(r, *release_call(pairs)))

@@ -145,6 +145,29 @@ def test_an_operators_delete_or_kill_gives_the_lock_up(producer, r):
     assert UniqueReport.perform_async("s") is not None and UniqueReport.perform_async("q") is not None
 
 
+def test_a_payload_without_a_queue_key_is_locked_by_the_queue_it_is_in(producer, r):
+    # (as its twin pushed by queued's client is: with null, two locks, both ran at once)
+    twin = {"class": "UniqueReport", "queue": "low", "args": [1]}
+    assert unique.digest({"class": "UniqueReport", "args": [1]}, "low") == unique.digest(twin)
+    assert unique.digest({"class": "UniqueReport", "args": [1]}) == unique.digest(
+        {**twin, "queue": "default"})  # (outside a queue: Sidekiq's default)
+    assert unique.digest({"class": "UniqueReport", "queue": "low", "args": [1]}, "x") == \
+        unique.digest(twin)  # (its own queue key wins)
+    # An operator's delete of such a job from queue:low gives up the lock its run took there
+    # (held as "<jid>:<nonce>" by a run from before the job had a jid of its own)
+    raw = json.dumps({"class": "UniqueReport", "args": [1], "unique_for": 60, "jid": "j" * 24})
+    r.lpush("queue:low", raw)
+    r.set(K.unique(unique.digest(twin)), "j" * 24 + ":0a1b")
+    admin = api.Admin(r)
+    assert admin.queue("low").delete(admin.queue("low").find("j" * 24))
+    assert holder(r, "UniqueReport", [1], "low") is None
+    # But never a lock another jid holds, nor one of another jid that merely starts alike
+    r.lpush("queue:low", raw)
+    r.set(K.unique(unique.digest(twin)), "j" * 24 + "x:0a1b")
+    assert admin.queue("low").delete(admin.queue("low").find("j" * 24))
+    assert holder(r, "UniqueReport", [1], "low") == "j" * 24 + "x:0a1b"
+
+
 def test_a_retry_by_hand_keeps_the_lock(producer, r):
     admin = api.Admin(r)
     jid = UniqueReport.perform_in(300, "kept")

@@ -45,11 +45,14 @@ class LockInfo:
 
 
 def release_removed(r: redis_lib.Redis, keys: Keys, entries: Iterable[Entry]) -> int:
-    """Give up the locks the removed jobs held; how many were given up."""
-    return unique.release(r, keys, [e.msg for e in entries])
+    """Give up the locks the removed jobs held; how many were given up. (A job without a
+    "queue" key has its lock by the queue it was in: unique.digest.)"""
+    return unique.release_pairs(r, [pair for e in entries
+                                    for pair in unique.held_by(keys, [e.msg], e.queue)])
 
 
-def release_taken(r: redis_lib.Redis, keys: Keys, snap: Snapshot) -> int:
+def release_taken(r: redis_lib.Redis, keys: Keys, snap: Snapshot,
+                  queue: str | None = None) -> int:
     """Give up the locks of the unique jobs of a whole queue or set removed in one step (a
     clear: Snapshot(take=True)). The copy is searched by a script, a page at a time, which
     returns only the members that name ``unique_for``, so the jobs cross the network only when
@@ -58,7 +61,7 @@ def release_taken(r: redis_lib.Redis, keys: Keys, snap: Snapshot) -> int:
     for start in range(0, snap.count, CHUNK):
         found = CLEAR_UNIQUE(r, [snap.key], [snap.kind, start, start + CHUNK - 1])
         if found:
-            released += unique.release(r, keys, [_parsed(m) for m in found])
+            released += unique.release(r, keys, [_parsed(m) for m in found], queue)
     return released
 
 

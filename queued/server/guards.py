@@ -67,33 +67,42 @@ class Guards:
         if at is not None:
             self.expire(res, msg, job_class, task_id, expiry.describe(at, now))
             return False
-        lock = self._lock(msg)
-        if lock is None:
+        if unique.period(msg) is None:
             return True
+        jidless = msg["jid"] == codec.derived_jid(res.payload)  # (pushed without a jid)
+        lock = self._lock(res, msg, jidless)
         left = self.ends.run_script(unique.UNIQUE_START,
                                     [lock.key, self.keys.counter("unique_deferred")],
                                     [lock.jid, lock.ttl_ms, "start" if lock.until_start
                                      else "hold"])
         if left == 0:
             return True
-        self._defer(res, msg, task_id, left)
+        self._defer(res, msg, task_id, left, jidless)
         return False
 
-    def _lock(self, msg: dict) -> unique.Lock | None:
-        lock = unique.lock_of(self.keys, msg)
-        if lock is not None and unique.DIGEST not in msg:
+    def _lock(self, res, msg: dict, jidless: bool) -> unique.Lock:
+        lock = unique.lock_of(self.keys, msg, queue=res.queue,
+                              holder=unique.run_holder(msg["jid"]) if jidless else None)
+        if unique.DIGEST not in msg:
             # (a Ruby or PHP producer's job: its later payloads carry the digest, so a change
-            # of queue on a retry does not lose its lock)
-            msg[unique.DIGEST] = unique.digest(msg)
+            # of queue on a retry does not lose its lock; one without a "queue" key has it
+            # from the queue it was taken from)
+            msg[unique.DIGEST] = unique.digest(msg, res.queue)
         return lock
 
-    def _defer(self, res, msg: dict, task_id: str | None, left_ms: int) -> None:
-        """Another jid holds the lock: this copy runs later, when it may be free."""
+    def _defer(self, res, msg: dict, task_id: str | None, left_ms: int,
+               jidless: bool) -> None:
+        """Another jid holds the lock: this copy runs later, when it may be free. A copy
+        pushed without a jid goes with a jid of its own: the jid made from its bytes is its
+        twin's too, and a twin's lock would be its own."""
         wait = DEFER_MAX if left_ms < 0 else min(left_ms / 1000, DEFER_MAX)
         wait = max(0.05, wait * (0.5 + random.random() / 2))
         log.info("unique: another job holds this job's lock (%s); put off for %.1fs, not run "
                  "at the same time", msg.get(unique.DIGEST), wait)
-        self.record(res, "later", time.time() + wait, codec.dumps(_fresh(msg)),
+        again = _fresh(msg)
+        if jidless:
+            again["jid"] = codec.new_jid()
+        self.record(res, "later", time.time() + wait, codec.dumps(again),
                     task=_enqueued(task_id, msg))
 
     def expire(self, res, msg: dict, job_class, task_id: str | None, why: str) -> None:
@@ -102,7 +111,7 @@ class Guards:
         log.warning("expired: %s", why)
         keys = [self.keys.counter("expired")]
         if unique.period(msg) is not None:
-            keys.append(self.keys.unique(unique.digest(msg)))
+            keys.append(self.keys.unique(unique.digest(msg, res.queue)))
         self.ends.send_ahead(EXPIRED, keys, [str(msg["jid"])], keep=True)
         move = None
         if task_id is not None:
