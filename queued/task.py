@@ -187,10 +187,12 @@ class Task:
         """The block's jobs, CHUNK per transaction: each job's record, its ``enqueued`` state
         and the job itself together, so a worker never runs a job the task does not know."""
         if _client.testing is not None:
-            _client.testing.write_task(self, buffer)
-            self._stored = True
-            if seal:
-                self._seal(None)
+            try:  # (inline mode raises a job's error once every job ran: seal first anyway)
+                _client.testing.write_task(self, buffer)
+            finally:
+                self._stored = True
+                if seal:
+                    self._seal(None)
             return
         r, ks = self.client.redis, self.keys.task_keys(self.id)
         ttl_ms = int(self._meta["ttl_idle"]) * 1000
