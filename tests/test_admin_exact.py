@@ -25,7 +25,7 @@ from queued.admin.entries import Filter
 from queued.task import Task
 
 from conftest import IN_CI
-from ctlrun import ctl_env
+from ctlrun import ctl, ctl_env, ctl_json, ok, rows
 from harness import ROOT, wait_for
 
 
@@ -96,8 +96,31 @@ ODD = (b'{"class":"Ok","queue":"emails-\\ud83d","args":[],"jid":"odd","retry_cou
        b'"error_class":"E","error_message":"m"}')
 
 
+def test_a_job_whose_queue_is_a_lone_surrogate_is_retried_with_its_batch(r, redis_url):
+    # Given 499 dead jobs and one whose queue is a lone surrogate (Node's cut emoji)
+    now = time.time()
+    r.zadd("dead", {member(f"g{i}", queue="rt1q"): now - i for i in range(499)})
+    r.zadd("dead", {ODD: now - 0.5})
+    # When every dead job is retried
+    proc = ctl("retry", "dead", "--all", "--yes", url=redis_url)
+    # Then all 500 are, the odd one to the queue its producer pushed to (U+FFFD for the
+    # half emoji, as JavaScript's and Ruby's UTF-8 encoders write it)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        0, "500 jobs retried (enqueued now) from dead\n", "")
+    assert r.zcard("dead") == 0 and r.llen("queue:rt1q") == 499
+    assert [json.loads(m)["jid"] for m in r.lrange("queue:emails-\ufffd".encode(), 0, -1)] == \
+        ["odd"]
+    assert r.smembers("queues") == {b"rt1q", "emails-\ufffd".encode()}
 
 
+@pytest.mark.parametrize("action, effect", [("delete", None), ("kill", "dead")])
+def test_a_job_whose_queue_is_a_lone_surrogate_is_acted_on_alone(r, redis_url, action, effect):
+    r.zadd("retry", {ODD: time.time() + 60, member("other"): time.time() + 60})
+    assert ctl_json(action, "retry", "odd", url=redis_url) == {
+        "action": action, "set": "retry", "done": 1, "not_found": []}
+    assert [json.loads(m)["jid"] for m in r.zrange("retry", 0, -1)] == ["other"]
+    assert r.zcard("dead") == (1 if effect == "dead" else 0)
+    assert ok("jobs", "retry", url=redis_url).count("\n") == 2  # (the header and "other")
 
 
 # --- 7. the number in a question bounds what is done ---------------------------------------------
@@ -129,10 +152,44 @@ def asked(args: list[str], url: str, meanwhile, answer: bytes = b"y\n") -> tuple
     return status, seen.decode("utf-8", "replace").replace("\r\n", "\n")
 
 
+def test_a_bulk_delete_deletes_at_most_the_jobs_it_counted(r, redis_url):
+    # Given 3 dead jobs
+    r.zadd("dead", {member(f"old{i}"): time.time() - i for i in range(3)})
+    # When the operator is asked, and 200 more die while the question is read, then yes
+    status, said = asked(["delete", "dead", "--all"], redis_url,
+                         lambda: r.zadd("dead", {member(f"new{i}"): time.time()
+                                                 for i in range(200)}))
+    # Then the 3 counted are deleted, and only they
+    assert status == 0 and "delete 3 jobs from dead? [y/N] " in said
+    assert "3 jobs deleted from dead" in said
+    assert r.zcard("dead") == 200 and not [m for m in r.zrange("dead", 0, -1) if b"old" in m]
 
 
+def test_a_filtered_bulk_retry_retries_at_most_the_matches_it_counted(r, redis_url):
+    r.zadd("dead", {member(f"a{i}", klass="A"): i for i in range(4)})
+    r.zadd("dead", {member("b", klass="B"): 10})
+    status, said = asked(["retry", "dead", "--class", "A", "--all"], redis_url,
+                         lambda: r.zadd("dead", {member("a-late", klass="A"): 20}))
+    assert status == 0 and "retry 4 jobs from dead (enqueue them now)? [y/N]" in said
+    assert "4 jobs retried (enqueued now) from dead" in said
+    assert sorted(json.loads(m)["jid"] for m in r.zrange("dead", 0, -1)) == ["a-late", "b"]
 
 
+def test_clearing_a_queue_deletes_at_most_the_jobs_it_counted(r, redis_url):
+    # Given a queue of 3 jobs
+    r.sadd("queues", "low")
+    r.lpush("queue:low", *[member(f"old{i}") for i in range(3)])
+
+    def meanwhile():  # a worker takes the oldest, a producer pushes 5 more
+        r.rpop("queue:low")
+        r.lpush("queue:low", *[member(f"new{i}") for i in range(5)])
+    status, said = asked(["clear", "low"], redis_url, meanwhile)
+    assert status == 0 and "Delete the 3 jobs of queue low? [y/N]" in said
+    # Then the 2 counted jobs still there are deleted; the 5 pushed since wait, in order
+    assert "cleared queue low: 2 jobs deleted" in said
+    assert [json.loads(m)["jid"] for m in r.lrange("queue:low", 0, -1)] == \
+        [f"new{i}" for i in range(4, -1, -1)]
+    assert r.smembers("queues") == {b"low"}
 
 
 def test_a_question_counts_a_copy_and_the_action_walks_that_copy(r):
@@ -177,6 +234,9 @@ def test_find_with_a_short_jid_reads_a_queue_once(r, redis_url):
     assert script_calls(r) == 1
 
 
+def test_find_with_the_empty_jid_is_refused(redis_url):
+    proc = ctl("find", "", url=redis_url)
+    assert proc.returncode == 2 and "a jid cannot be empty" in proc.stderr
 
 
 def php_json(value) -> bytes:
@@ -190,14 +250,76 @@ def php_json(value) -> bytes:
                           capture_output=True, check=True).stdout
 
 
+@pytest.mark.parametrize("jid", ["ab/cd", "café", "x/é"])
+def test_jids_written_by_php_are_found_listed_and_acted_on(r, redis_url, jid):
+    # Given jobs PHP encoded (json_encode writes "ab\/cd" and "caf\u00e9"), dead and waiting
+    raw = php_json({"class": "X", "queue": "phpq", "args": [], "jid": jid,
+                    "error_class": "E", "error_message": "m"})
+    assert jid.encode() not in raw  # (the bytes spell it otherwise)
+    r.zadd("dead", {raw: time.time()})
+    r.sadd("queues", "phpq")
+    r.lpush("queue:phpq", php_json({"class": "X", "queue": "phpq", "args": [], "jid": jid}))
+    # Then find finds both, jobs --jid lists the dead one, retry acts on it by its jid
+    found = ctl_json("find", jid, url=redis_url)
+    assert [p["where"] for p in found["places"]] == ["queue", "dead"]
+    assert [j["jid"] for j in ctl_json("jobs", "dead", "--jid", jid, url=redis_url)["jobs"]] \
+        == [jid]
+    assert ctl_json("retry", "dead", jid, url=redis_url)["done"] == 1
+    assert r.zcard("dead") == 0 and r.llen("queue:phpq") == 2
 
 
 # --- 4. task --watch of a task that goes away ----------------------------------------------------
 
+def test_watching_a_task_that_is_deleted_ends_with_one_line_and_exit_1(producer, r, redis_url):
+    task = Task("goes away")
+    with task:
+        Pay.perform_async(1)
+    proc = subprocess.Popen([sys.executable, "-m", "queued.admin.ctl", "--redis", redis_url,
+                             "task", task.id, "--watch", "--every", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ctl_env(), cwd=ROOT)
+    try:
+        wait_for(lambda: proc.stdout.readline(), 20, what="the first progress line")
+        assert taskadmin.delete_task(Task.find(task.id))
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    assert stderr == (f"queuedctl: task {task.id} is gone (deleted, or expired) while it was "
+                      f"watched\n")
 
 
 # --- 11. pause says why, truthfully --------------------------------------------------------------
 
+def test_pause_of_a_queue_holding_jobs_that_is_not_listed_in_queues(r, redis_url):
+    # Given a queue a producer LPUSHed to without SADD queues
+    r.lpush("queue:phponly", member("p1", queue="phponly"))
+    proc = ctl("pause", "phponly", url=redis_url)
+    # Then it is paused (no live process serves it: the warning, exit 1), never "no jobs"
+    assert r.smembers("paused") == {b"phponly"}
+    assert proc.returncode == 1 and "holds no jobs" not in proc.stderr
+    assert proc.stdout == "paused queue phponly: workers take no more jobs from it (1 waiting)\n"
+    assert "no live process serves queue phponly" in proc.stderr
 
 
 # --- 13. the errors follow-up takes exactly one group --------------------------------------------
+
+def test_error_class_picks_exactly_one_group_of_errors(r, redis_url):
+    # Given two groups of Charge: 2 RuntimeError, 5 CardError whose messages name RuntimeError
+    for i in range(2):
+        r.zadd("dead", {member(f"r{i}", klass="Charge", error_class="RuntimeError",
+                               error_message="boom"): i})
+    for i in range(5):
+        r.zadd("dead", {member(f"c{i}", klass="Charge", error_class="CardError",
+                               error_message="declined (gateway RuntimeError)"): 10 + i})
+    groups = ctl_json("errors", "dead", url=redis_url)
+    assert [(g["class"], g["error_class"], g["count"]) for g in groups] == [
+        ("Charge", "CardError", 5), ("Charge", "RuntimeError", 2)]
+    # When the RuntimeError group is listed and deleted by its class and error class
+    listed = rows(ok("jobs", "dead", "--class", "Charge", "--error-class", "RuntimeError",
+                     url=redis_url))
+    assert sorted(row[1] for row in listed) == ["r0", "r1"]
+    assert ok("delete", "dead", "--class", "Charge", "--error-class", "RuntimeError", "--all",
+              "--yes", url=redis_url) == "2 jobs deleted from dead\n"
+    # Then exactly its 2 jobs went; the other group is whole
+    assert r.zcard("dead") == 5
