@@ -16,6 +16,8 @@ import jobs
 import taskjobs
 from conftest import IN_CI
 from harness import ROOT, counts, wait_for
+from test_admin_exact import member
+from test_web_exact import cron_job
 from webserve import serve
 
 
@@ -668,3 +670,57 @@ def test_each_queue_of_any_name_deletes_its_own_job_and_finds_the_other(page, r)
         page.click("#places tr[data-where=queue] a")
         page.wait_for_selector("#jobs")
         assert page.text_content("main h1 code") == name
+
+
+# --- red team RT1: each Cron row acts on its own key; a question's number is what is done -----
+
+def test_each_cron_row_disables_its_own_key_whatever_its_name(page, r):
+    # Given schedules named by plain text, a URL's characters, a newline, bytes that are not
+    # UTF-8, and a hash whose name field differs from its key (a sidekiq-cron rename)
+    names = [b"plain", b"a?b", b"x\ny", b"\xff\xfe", b"keyA"]
+    for name in names:
+        cron_job(r, name, b"plain" if name == b"keyA" else None)
+    for _ in names:
+        # When the first row still enabled is disabled
+        page.goto("/cron")
+        before = {n: r.hget(b"cron_job:" + n, "status") for n in names}
+        row = page.locator("#cron tbody tr").filter(
+            has=page.locator("button[value=disable]")).first
+        shown = row.locator("td b").first.inner_text()
+        row.locator("button[value=disable]").click()
+        page.wait_for_selector("p.flash")
+        # Then exactly one key is, one that was enabled (a newline went as CRLF, a name that
+        # is not UTF-8 was read as another, a row named by its hash's field hit another key)
+        after = {n: r.hget(b"cron_job:" + n, "status") for n in names}
+        changed = [n for n in names if after[n] != before[n]]
+        assert len(changed) == 1 and before[changed[0]] == b"enabled", (shown, changed)
+        assert page.inner_text("p.flash").endswith(
+            "disabled: no master pushes it at its ticks until it is enabled again"), shown
+    shot(page, "cron-odd-names")
+    assert {n: r.hget(b"cron_job:" + n, "status") for n in names} == \
+        {n: b"disabled" for n in names}
+    assert sorted(r.keys(b"cron_job:*")) == sorted(b"cron_job:" + n for n in names)
+
+
+def test_delete_all_deletes_the_jobs_its_question_counted(browser, web, r):
+    # Given 3 dead jobs (a page of its own: its question is answered after more jobs die)
+    r.zadd("dead", {member(f"old{i}"): time.time() - i for i in range(3)})
+    context = browser.new_context(base_url=web)
+    page = context.new_page()
+    asked = []
+
+    def answer(dialog):  # while the operator reads the question, 50 more jobs die
+        asked.append(dialog.message)
+        r.zadd("dead", {member(f"new{i}"): time.time() for i in range(50)})
+        dialog.accept()
+    page.on("dialog", answer)
+    try:
+        page.goto("/dead")
+        page.click("#all-jobs button[value=delete]")
+        page.wait_for_selector("p.flash")
+        assert asked == ["Delete all 3 jobs of Dead?"]
+        assert page.inner_text("p.flash") == ("deleted 3 jobs of the 3 counted when asked "
+                                              "(the whole set then; any since are left)")
+        assert r.zcard("dead") == 50
+    finally:
+        context.close()
