@@ -220,7 +220,8 @@ def test_bulk_delete_of_a_filtered_selection_deletes_exactly_the_matches(page, r
     page.wait_for_selector("p.flash")
     # Then the question said how many, and exactly those 12 are gone
     assert page.dialogs == ["Delete 12 jobs that match this search?"]
-    assert page.inner_text("p.flash") == "deleted 12 jobs (every match)"
+    assert page.inner_text("p.flash") == ("deleted 12 jobs of the 12 counted when asked (every "
+                                          "match then; any since are left)")
     left = {json.loads(m)["jid"] for m in r.zrange("dead", 0, -1)}
     assert left == {f"j{i}" for i in range(12, 30)}
     # When two ticked rows are deleted
@@ -289,7 +290,9 @@ def test_each_queue_row_opens_and_clears_its_own_queue(page, r):
         page.click(f"{row('queues', 'data-queue', name)} button[value=clear]")
         page.wait_for_selector("p.flash")
         # Then exactly that queue was cleared
-        assert page.inner_text("p.flash") == f"cleared {name}: {i + 1} jobs deleted"
+        jobs = f"{i + 1} job{'s' if i else ''}"
+        assert page.inner_text("p.flash") == (f"cleared {name}: {jobs} deleted of the {i + 1} "
+                                              f"counted when asked (jobs pushed since stay)")
         assert {n: r.llen(f"queue:{n}") for n in URL_NAMES} == {**before, name: 0}
 
 
@@ -540,7 +543,8 @@ def test_a_queue_named_by_bytes_that_are_not_utf8(page, r):
     page.click("#queue-actions button[value=clear]")
     page.wait_for_selector("p.flash")
     assert page.dialogs == ["Delete all 2 jobs of queue \\xff\\xfe?"]
-    assert page.inner_text("p.flash") == "cleared \\xff\\xfe: 2 jobs deleted"
+    assert page.inner_text("p.flash") == ("cleared \\xff\\xfe: 2 jobs deleted of the 2 counted "
+                                          "when asked (jobs pushed since stay)")
     assert r.llen(b"queue:\xff\xfe") == 0 and r.smembers("queues") == {b"default"}
 
 
@@ -596,7 +600,8 @@ def test_long_names_and_a_set_of_100000_jobs_read_well(page, r):
     page.click("#all-matches button[value=retry]")
     page.wait_for_selector("p.flash", timeout=60_000)
     assert page.dialogs == ["Retry 2,000 jobs that match this search now?"]
-    assert page.inner_text("p.flash") == "retried 2,000 jobs (every match)"
+    assert page.inner_text("p.flash") == ("retried 2,000 jobs of the 2,000 counted when asked "
+                                          "(every match then; any since are left)")
     assert r.zcard("dead") == 98_000
 
 

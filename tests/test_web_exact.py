@@ -295,3 +295,36 @@ def test_queuedctl_cron_names_each_schedule_by_its_key(r, redis_url):
     assert proc.returncode == 0 and proc.stdout.startswith('periodic job "\\xff\\xfe" disabled')
     assert r.hget(b"cron_job:\xff\xfe", "status") == b"disabled"
     assert r.hget(b"cron_job:plain", "status") == b"enabled"
+
+
+def test_a_tasks_errors_all_dead_are_retried_by_the_counted_answer(producer, client, r):
+    # Given a task whose errors are all dead: Retries holds none (no key at all to copy)
+    task = Task("all dead")
+    with task:
+        jids = Job.perform_bulk([[i] for i in range(2)])
+    for jid in jids:
+        msg = {**json.loads(r.rpop("queue:default")), "error_class": "RuntimeError",
+               "error_message": "boom", "retry_count": 0, "failed_at": time.time()}
+        r.zadd("dead", {json.dumps(msg): time.time()})
+    assert not r.exists("retry")
+    asked = client.get(f"/count/task/{task.id}?hold=1").json()  # (what the button asks)
+    assert {k: asked[k] for k in ("count", "retry", "dead")} == {"count": 2, "retry": 0,
+                                                                  "dead": 2}
+    done = post(client, f"/tasks/{task.id}", action="retry_errors", snapshot=asked["token"],
+                counted="2")
+    assert flash_of(done.text) == (f"retried 2 jobs of task {task.id} now (0 from Retries, 2 "
+                                   f"from Dead)")
+    assert sorted(json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)) == sorted(jids)
+    assert not r.keys("queued:snapshot*")
+
+
+def test_the_counted_answer_on_a_set_that_was_empty_does_nothing_and_says_so(client, r):
+    # (an empty set is no key: its copy is none; a job that died since is not acted on)
+    asked = client.get(count_urls(client.get("/dead").text)["delete"]).json()
+    assert asked["count"] == 0
+    r.zadd("dead", {member("late"): 1})
+    done = post(client, "/dead", action="delete", scope="all", snapshot=asked["token"],
+                counted="0")
+    assert flash_of(done.text) == ("deleted 0 jobs of the 0 counted when asked (the whole set "
+                                   "then; any since are left)")
+    assert r.zcard("dead") == 1 and not r.keys("queued:snapshot*")

@@ -66,6 +66,9 @@ class Snapshot:
         self.held = held
         self.token = token or secrets.token_hex(12)
         self.key = keys.snapshot(self.token)
+        #: Says a held copy was taken: a copy of an empty set is no key, and its answer must
+        #: still find it (and act on nothing), not take it for one answered already.
+        self.mark = keys.snapshot_held(self.token)
         self.count = 0  #: how many elements the key held when the snapshot was taken
         self.resumed = False
 
@@ -78,10 +81,11 @@ class Snapshot:
         snap = cls(r, keys, b"", kind, token=token)
         snap.resumed = True
         pipe = r.pipeline(transaction=True)
+        pipe.exists(snap.mark)
         pipe.type(snap.key)
         pipe.zcard(snap.key) if kind == "zset" else pipe.llen(snap.key)
-        found, count = pipe.execute(raise_on_error=False)
-        if found.decode() != kind:
+        marked, found, count = pipe.execute(raise_on_error=False)
+        if not marked or found.decode() not in (kind, "none"):
             raise Gone("the jobs counted for that question are gone (it was asked more than "
                        f"{HELD_TTL // 60} minutes ago, or answered already)")
         snap.count = int(count)
@@ -112,6 +116,8 @@ class Snapshot:
         else:
             pipe.execute_command("COPY", self.source, self.key)
         pipe.expire(self.key, HELD_TTL if self.held else TTL)
+        if self.held:
+            pipe.set(self.mark, 1, ex=HELD_TTL)
         if self.also:
             self.also(pipe)
 
@@ -127,7 +133,7 @@ class Snapshot:
 
     def __exit__(self, *exc) -> None:
         if not self.held or self.resumed:
-            self.r.unlink(self.key)
+            self.r.unlink(self.key, self.mark)
 
     def pages(self, batch: int) -> Iterator[list]:
         """The copy, ``batch`` elements at a time, each element once."""
