@@ -34,6 +34,8 @@ class Job(queued.Job):
 @pytest.fixture
 def client(r):
     with TestClient(create_app(r, secret_key="s3cret"), base_url="http://localhost") as c:
+        # (as app.js does: a count kept for a question sends the page's token)
+        c.headers["x-csrf-token"] = token_of(c.get("/dead").text)
         yield c
 
 
@@ -75,6 +77,28 @@ def test_delete_all_deletes_at_most_the_jobs_its_question_counted(client, r):
     assert flash_of(again.text).startswith("nothing done: the jobs counted for that question "
                                            "are gone")
     assert r.zcard("dead") == 200
+
+
+def test_a_count_that_keeps_a_copy_needs_the_page_s_token_and_copies_nothing_without_it(
+        client, r):
+    # Given 3 dead jobs, a queue of 2 and a task's errors: each button's count keeps a copy
+    r.zadd("dead", {member(f"d{i}"): i for i in range(3)})
+    r.sadd("queues", "low")
+    r.lpush("queue:low", member("q0", queue="low"), member("q1", queue="low"))
+    urls = [count_urls(client.get("/dead").text)["delete"],
+            count_urls(client.get("/queues/low").text)["clear"]]
+    before = set(r.keys("*"))
+    # When another site asks for them (an <img> or a link: no token header, no cookie)
+    stranger = TestClient(client.app, base_url="http://localhost")
+    for url in urls:
+        assert stranger.get(url).status_code == 403, url
+        # (nor with the cookie of a visit but no header: a cross-site GET carries no header)
+        assert client.get(url, headers={"x-csrf-token": ""}).status_code == 403, url
+    # Then Redis holds no copy: not a key more than before
+    assert set(r.keys("*")) == before
+    # While the page's own question, with its token, gets its count and a copy
+    assert client.get(urls[0]).json()["count"] == 3
+    assert len(set(r.keys("*")) - before) >= 1
 
 
 def test_a_search_s_retry_all_retries_at_most_the_matches_it_counted(client, r):

@@ -105,6 +105,7 @@ def count(request: Request):
     _slug, js, _title = _jobset(request)
     where = filter_of(request.query_params)
     if request.query_params.get("hold"):  # (a question's: the copy is kept for its answer)
+        web_of(request).csrf.header(request)
         with js.snapshot(held=True) as snap:
             n = js.count_in(snap, where)
         return JSONResponse({"count": n, "size": snap.count, "token": snap.token},

@@ -89,6 +89,7 @@ def _clear(q: Queue, form) -> str:
 def queue_count(request: Request):
     """``{"count", "token"}``: the jobs of the queue now, in a copy kept for the answer of the
     question that asked (Clear)."""
+    web_of(request).csrf.header(request)
     q = web_of(request).admin.queue(path_param(request, "name"))
     with q.snapshot(held=True) as snap:
         pass

@@ -91,6 +91,7 @@ async def task_action(request: Request):
 def task_count(request: Request):
     """``{"count", "retry", "dead", "token"}``: what Retry its errors now would retry, counted
     in copies kept for the answer (taskadmin.count)."""
+    web_of(request).csrf.header(request)
     return JSONResponse(count_errors(web_of(request).admin, _task(request)),
                         headers={"cache-control": "no-store"})
 
