@@ -41,16 +41,27 @@ def test_a_pushed_job_sees_the_row_its_transaction_committed(django_daemon, r, a
         hasty = SeeOrder.set(after_commit=False).perform_async(early.pk)
         # Then it runs while the transaction is still open, and misses the row
         wait_for(lambda: notes(r, "t:dj:seen"), 10, what="the hasty job")
-    # When a job is pushed by default inside a transaction the daemon could serve at once
+    # When a job is pushed by default inside a transaction the daemon could serve at once,
+    # and another one after it with after_commit=False
     with transaction.atomic():
         order = Order.objects.create(ref="A-1")
         jid = SeeOrder.perform_async(order.pk)
-        assert not r.exists("queue:default") and len(notes(r, "t:dj:seen")) == 1
-    # Then it is pushed once the commit is done, and its job sees the row
-    wait_for(lambda: len(notes(r, "t:dj:seen")) == 2, 10, what="the job")
+        behind = SeeOrder.set(after_commit=False).perform_async(order.pk)
+        # Then the one behind runs (the only worker takes a queue in order), the default one
+        # has not: it is in no queue and no worker's hands until the commit
+        wait_for(lambda: behind in {n["jid"] for n in notes(r, "t:dj:seen")}, 10,
+                 what="the job pushed behind it")
+        assert [n["jid"] for n in notes(r, "t:dj:seen")] == [hasty, behind]
+        assert not r.exists("queue:default")
+        assert not any(jid.encode() in m for k in r.scan_iter("queued:reserved:*")
+                       for m in r.zrange(k, 0, -1))
+    # And it is pushed once the commit is done, and its job sees the row
+    wait_for(lambda: len(notes(r, "t:dj:seen")) == 3, 10, what="the job")
     seen = {n["jid"]: n for n in notes(r, "t:dj:seen")}
     assert (seen[hasty]["order_id"], seen[hasty]["found"]) == (early.pk, False)
     assert (seen[jid]["order_id"], seen[jid]["found"]) == (order.pk, True)
+    assert (seen[behind]["order_id"], seen[behind]["found"]) == (order.pk, False)
+    assert [n["jid"] for n in notes(r, "t:dj:seen")] == [hasty, behind, jid]
     assert seen[jid]["pid"] in d.worker_pids()
     assert d.stop() == 0
 
