@@ -149,21 +149,28 @@ def test_a_foreign_producers_duplicates_never_run_at_the_same_time(daemon, produ
     producer.push_raw("default", raw("b" * 24))
     # When two workers take them
     d = daemon(concurrency=2, require=REQUIRE)
-    wait_for(lambda: counts(r, lj.RUNS).get("a" * 24) == 1, 10, what="the first to start")
+    a, b = "a" * 24, "b" * 24
+    wait_for(lambda: counts(r, lj.RUNS).get(a) == 1, 10, what="the first to start")
     # Then the second did not start beside it: it found the lock the first took as it
     # started, and was put off (scheduled again, no failure), counted
     (put_off,) = wait_for(lambda: zjobs(r, "schedule"), 10, what="the copy put off")
-    assert put_off["jid"] == "b" * 24 and "b" * 24 not in counts(r, lj.RUNS)
-    assert lock_of(r, "Unique", ["php", "g2"])[1] == "a" * 24
-    assert counter(r, "unique_deferred") >= 1
+    assert put_off["jid"] == b and b not in counts(r, lj.RUNS)
+    key, holder = lock_of(r, "Unique", ["php", "g2"])
+    assert holder == a and 55_000 < r.pttl(key) <= 60_000  # (held for its unique_for, 60 s)
+    # And when it comes back while the first still runs (within DEFER_MAX, 5 s), it is put off
+    # again, not started
+    wait_for(lambda: counter(r, "unique_deferred") >= 2 or b in counts(r, lj.RUNS), 15,
+             what="the copy to come back")
+    assert b not in counts(r, lj.RUNS)
+    assert lock_of(r, "Unique", ["php", "g2"])[1] == a
     assert r.zcard("retry") == 0
-    # Once the first is done, the second runs (never at the same time: its start is after
-    # the first one's end)
+    # Once the first is done, the second runs: never at the same time, its start is after
+    # the first one's end
     r.set(lj.GATE + "g2", 1)
-    wait_for(lambda: counts(r, lj.DONE) == {"a" * 24: 1, "b" * 24: 1}, 20,
+    wait_for(lambda: counts(r, lj.DONE) == {a: 1, b: 1}, 20,
              what="the second to run after the first")
-    runs = [json.loads(m)["jid"] for m in r.lrange(lj.MSGS, 0, -1)]
-    assert runs == ["a" * 24, "b" * 24]
+    assert r.lrange(lj.EVENTS, 0, -1) == [f"{e} {j}".encode() for j in (a, b)
+                                          for e in ("enter", "exit")]
     wait_for(lambda: lock_of(r, "Unique", ["php", "g2"])[1] is None, 5,
              what="each to release its lock at its success")
     assert d.stop() == 0
