@@ -13,10 +13,18 @@ SLOW = ("jobmods/slow_import.py", "jobs.py")
 
 
 def booting(daemon, r, **settings):
-    """A daemon in the middle of importing its job code (the master's handlers not yet in)."""
+    """A daemon in the middle of importing its job code (the master's handlers not yet in),
+    which goes on importing until ``loaded(d, r)``."""
     d = daemon(require=SLOW, wait=False, **settings)
     wait_for(lambda: r.get("t:importing"), 10, what="the import to begin")
     return d
+
+
+def loaded(d, r) -> None:
+    """Let the import end, after the test's signal: it came while the import ran (the master
+    is not registered yet)."""
+    assert d.identity() is None
+    r.set("t:import_gate", 1)
 
 
 def running(d) -> bool:
@@ -37,6 +45,7 @@ def up(d, r) -> None:
 def test_quiet_during_boot_leaves_a_quiet_master_not_a_suspended_one(daemon, r, sig):
     d = booting(daemon, r)
     d.signal(sig)
+    loaded(d, r)
     assert running(d)
     up(d, r)
     # Then it is quiet once up: it forks no worker, says so, and stops cleanly on TERM
@@ -50,6 +59,7 @@ def test_quiet_during_boot_leaves_a_quiet_master_not_a_suspended_one(daemon, r, 
 def test_ttin_during_boot_dumps_once_up_and_does_not_suspend(daemon, r):
     d = booting(daemon, r)
     d.signal(signal.SIGTTIN)
+    loaded(d, r)
     assert running(d)
     up(d, r)
     d.wait_log("TTIN master pid=", 10)
@@ -61,6 +71,7 @@ def test_ttin_during_boot_dumps_once_up_and_does_not_suspend(daemon, r):
 def test_hup_during_boot_reloads_once_up_instead_of_killing(daemon, r):
     d = booting(daemon, r)
     d.signal(signal.SIGHUP)
+    loaded(d, r)
     up(d, r)
     d.wait_log("SIGHUP: reloading the config file and the job code", 10)
     d.wait_log("SIGHUP: job code loaded again", 15)
@@ -73,6 +84,7 @@ def test_usr2_during_boot_reopens_the_log_once_up(daemon, r, tmp_path):
     logfile = tmp_path / "queued.log"
     d = booting(daemon, r, logfile=str(logfile))
     d.signal(signal.SIGUSR2)
+    loaded(d, r)
     up(d, r)
     wait_for(lambda: "USR2: log file reopened" in logfile.read_text(), 10,
              what="the reopen in the log file")
@@ -83,6 +95,7 @@ def test_usr2_during_boot_reopens_the_log_once_up(daemon, r, tmp_path):
 def test_int_during_boot_stops_cleanly_once_up(daemon, r):
     d = booting(daemon, r)
     d.signal(signal.SIGINT)
+    loaded(d, r)
     # (a KeyboardInterrupt inside the import was a traceback and status 1)
     assert d.wait(15) == 0
     out = d.output()
