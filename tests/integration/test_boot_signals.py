@@ -2,10 +2,12 @@
 a big application's): the process is neither killed (HUP, USR1, USR2's default action) nor
 suspended (TSTP, TTIN's), and the signal is acted on once the master's loop runs (issue
 16.1.10; only TERM was kept before)."""
+import json
 import signal
 
 import psutil
 import pytest
+import yaml
 
 from harness import wait_for
 
@@ -69,14 +71,23 @@ def test_ttin_during_boot_dumps_once_up_and_does_not_suspend(daemon, r):
 
 
 def test_hup_during_boot_reloads_once_up_instead_of_killing(daemon, r):
-    d = booting(daemon, r)
+    # Given a daemon tagged "before", still importing its job code
+    d = booting(daemon, r, tag="before")
+    # When its config file then says "after", and a HUP comes during the import
+    with open(d.config) as f:
+        settings = yaml.safe_load(f)
+    with open(d.config, "w") as f:
+        yaml.safe_dump({**settings, "tag": "after"}, f)
     d.signal(signal.SIGHUP)
     loaded(d, r)
+    # Then once up it is not killed: it read the file again and runs by it, the new tag in its
+    # process record and its title, its two workers up (forked once the new code loaded)
     up(d, r)
-    d.wait_log("SIGHUP: reloading the config file and the job code", 10)
-    d.wait_log("SIGHUP: job code loaded again", 15)
+    wait_for(lambda: json.loads(r.hget(d.identity(), "info"))["tag"] == "after", 15,
+             what="the new tag in the process record")
     wait_for(lambda: len(d.worker_pids()) == 2, 10, what="the workers")
     assert running(d)
+    assert " after " in d.title() and "before" not in d.title()
     assert d.stop() == 0
 
 
