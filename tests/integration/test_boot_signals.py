@@ -3,8 +3,10 @@ a big application's): the process is neither killed (HUP, USR1, USR2's default a
 suspended (TSTP, TTIN's), and the signal is acted on once the master's loop runs (issue
 16.1.10; only TERM was kept before)."""
 import json
+import os
 import signal
 
+import jobs
 import psutil
 import pytest
 import yaml
@@ -91,16 +93,28 @@ def test_hup_during_boot_reloads_once_up_instead_of_killing(daemon, r):
     assert d.stop() == 0
 
 
-def test_usr2_during_boot_reopens_the_log_once_up(daemon, r, tmp_path):
+def test_usr2_during_boot_reopens_the_log_once_up(daemon, r, tmp_path, producer):
+    # Given a daemon logging to a file, still importing its job code, whose file logrotate
+    # then moves away
     logfile = tmp_path / "queued.log"
     d = booting(daemon, r, logfile=str(logfile))
+    wait_for(logfile.exists, 10, what="the log file")
+    rotated = tmp_path / "queued.log.1"
+    os.rename(logfile, rotated)
+    # When a USR2 comes during the import
     d.signal(signal.SIGUSR2)
     loaded(d, r)
+    # Then once up the master and its workers write to a new file of that name, and the moved
+    # one gets nothing more
     up(d, r)
-    wait_for(lambda: "USR2: log file reopened" in logfile.read_text(), 10,
-             what="the reopen in the log file")
+    wait_for(lambda: logfile.exists() and "USR2: log file reopened" in logfile.read_text(), 10,
+             what="the reopen in a new log file")
+    moved = rotated.read_text()
+    jid = jobs.Record.perform_async("after-usr2")
+    wait_for(lambda: jid in logfile.read_text(), 10, what="a worker's line in the new file")
     assert running(d)
     assert d.stop() == 0
+    assert rotated.read_text() == moved and "bye" in logfile.read_text()
 
 
 def test_int_during_boot_stops_cleanly_once_up(daemon, r):
