@@ -170,3 +170,41 @@ class Where(queued.Job):
 def _thread_started():
     """Each thread that runs jobs says so once, before its first job."""
     _r().rpush("t:thread_start", f"{os.getpid()} {threading.current_thread().name}")
+
+
+class AsyncReleases(queued.Job):
+    """jobs.Releases's async twin: releases itself on its first ``times`` runs."""
+    queued_options = {"retry": 3}
+
+    async def perform(self, delay=0, times=1):
+        r = queued.get_async_redis()
+        if await r.hincrby(RUNS, self.jid, 1) <= times:
+            self.release(delay)
+        await r.hincrby(DONE, self.jid, 1)
+
+
+class AsyncBuries(queued.Job):
+    """jobs.Buries's async twin: buries itself; an ``except Exception`` cannot catch it."""
+
+    async def perform(self, reason="not today"):
+        r = queued.get_async_redis()
+        await r.hincrby(RUNS, self.jid, 1)
+        try:
+            self.bury(reason)
+        except Exception:  # noqa: BLE001 - bury must not be caught by this
+            await r.rpush("t:caught", self.jid)
+        await r.hincrby(DONE, self.jid, 1)
+
+
+class AsyncTouches(queued.Job):
+    """jobs.Touches's async twin: awaits ``seconds``, touching its lease every ``every``
+    seconds (into t:touched:async)."""
+
+    async def perform(self, seconds, every):
+        r = queued.get_async_redis()
+        await r.hincrby(RUNS, self.jid, 1)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            await asyncio.sleep(min(every, max(0.0, end - time.monotonic())))
+            await r.rpush("t:touched:async", "1" if self.touch() else "0")
+        await r.hincrby(DONE, self.jid, 1)

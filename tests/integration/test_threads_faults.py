@@ -231,15 +231,24 @@ def test_max_jobs_recycles_a_threaded_worker_after_its_jobs_each_once(daemon, pr
 def test_job_operations_from_threads_and_async_jobs(daemon, producer, r):
     # Given one process of 4 threads
     d = daemon(concurrency=1, threads=4, require=JOBS)
-    # When jobs release themselves, bury themselves and touch their lease from job threads
-    released = jobs.Releases.perform_async(0, 1)
-    buried = jobs.Buries.perform_async("not today")
-    touched = jobs.Touches.perform_async(0.3, 0.1)
-    wait_for(lambda: all(done(r).get(j) == 1 for j in (released, touched)), 10, what="done")
-    (entry,) = wait_for(lambda: zjobs(r, "dead"), 10, what="the buried job")
+    # When jobs release themselves, bury themselves and touch their lease, from job threads
+    # and as async jobs on the process's loop
+    released = [jobs.Releases.perform_async(0, 1), threadjobs.AsyncReleases.perform_async(0, 1)]
+    buried = [jobs.Buries.perform_async("not today"),
+              threadjobs.AsyncBuries.perform_async("not today")]
+    touched = [jobs.Touches.perform_async(0.3, 0.1),
+               threadjobs.AsyncTouches.perform_async(0.3, 0.1)]
+    wait_for(lambda: all(done(r).get(j) == 1 for j in released + touched), 10, what="done")
+    wait_for(lambda: len(zjobs(r, "dead")) == 2, 10, what="the buried jobs")
     # Then each did what it says, as in a worker of one job at a time
-    assert runs(r)[released] == 2 and entry["jid"] == buried
-    assert entry["error_class"] == "Buried" and entry["bury_count"] == 1
-    assert set(r.lrange("t:touched", 0, -1)) == {b"1"} and r.llen("t:caught") == 0
+    assert [runs(r)[j] for j in released] == [2, 2]
+    dead = {e["jid"]: e for e in zjobs(r, "dead")}
+    assert set(dead) == set(buried)
+    assert all(e["error_class"] == "Buried" and e["bury_count"] == 1 for e in dead.values())
+    assert not set(buried) & set(done(r))
+    for key in ("t:touched", "t:touched:async"):
+        touches = r.lrange(key, 0, -1)
+        assert set(touches) == {b"1"} and len(touches) >= 2, key
+    assert r.llen("t:caught") == 0
     assert r.zcard("retry") == 0 and r.llen("queue:default") == 0
     assert d.stop() == 0
