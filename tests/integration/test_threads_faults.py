@@ -166,9 +166,12 @@ def test_a_rolling_restart_with_threads_runs_each_job_once(daemon, producer, r):
     first = d.worker_pids()
     running = Held.perform_bulk([["hup"]] * 12)
     wait_for(lambda: in_flight(r, running), 20, what="12 jobs in flight")
-    # When HUP replaces every worker (each leaves after its jobs) while jobs keep coming
+    # When HUP replaces every worker (each leaves after its jobs) while jobs keep coming, the
+    # held jobs ending only once the first worker is being replaced
     d.signal(signal.SIGHUP)
     more = jobs.Record.perform_bulk([[i] for i in range(300)])
+    d.wait_log("is being replaced", 30)
+    assert not set(done(r)) & set(running)
     jobs.open_gate(r, "hup")
     # Then every job ran exactly once, and no worker of before is left
     wait_for(lambda: len(done(r)) == 312, 30, what="every job done")
