@@ -67,9 +67,10 @@ class NotThreadSafe(queued.Job):
     def perform(self, seconds=0.2):
         _start(self)
         r = _r()
-        running = int(r.get("t:running") or 0)  # others running in this process now
-        r.hset(SEEN, self.jid, f"{threading.current_thread().name}|{running}")
+        before = int(r.get("t:running") or 0)  # others running in this process now
         time.sleep(seconds)
+        after = int(r.get("t:running") or 0)  # and at its end (none started meanwhile)
+        r.hset(SEEN, self.jid, f"{threading.current_thread().name}|{before}|{after}")
         _finish(self)
 
 
