@@ -159,8 +159,9 @@ class Expiring(queued.Job):
         return 5
 
     def perform(self, fail=False):
+        """``fail``: True fails every run; "once" only the first."""
         _start(self)
-        if fail:
+        if fail is True or (fail == "once" and int(_r().hget(RUNS, self.jid)) == 1):
             raise RuntimeError("fails, to be retried after its deadline")
         _finish(self)
 
