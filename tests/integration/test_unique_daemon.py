@@ -72,7 +72,6 @@ def test_the_lock_of_a_job_whose_worker_is_killed_stays_while_it_is_pending_then
         daemon, producer, r):
     # Given a unique job (60 s) that SIGKILLs its worker on its first run, then waits on a gate
     d = daemon(concurrency=1, require=REQUIRE)
-    began = time.monotonic()
     jid = lj.UniqueCrash.perform_async("k9", 1, "k9")
     # When the master has put it back and it runs again (its second run waits on the gate)
     wait_for(lambda: counts(r, lj.RUNS).get(jid) == 2, 15, what="the run after the kill")
@@ -80,11 +79,10 @@ def test_the_lock_of_a_job_whose_worker_is_killed_stays_while_it_is_pending_then
     # Then it still holds its lock: it is the same pending job, so a push is a duplicate
     assert lock_of(r, "UniqueCrash", ["k9", 1, "k9"])[1] == jid
     assert lj.UniqueCrash.perform_async("k9", 1, "k9") is None
-    # And once it succeeds the lock comes back, well within its period's end
+    # And once it succeeds the lock goes (within the 10 s waited: long before its 60 s)
     r.set(lj.GATE + "k9", 1)
     wait_for(lambda: lock_of(r, "UniqueCrash", ["k9", 1, "k9"])[1] is None, 10,
              what="the lock to go at its success")
-    assert time.monotonic() - began < 30
     assert lj.UniqueCrash.perform_async("k9", 0) is not None
     assert d.stop() == 0
 
@@ -93,14 +91,12 @@ def test_a_poison_pill_sent_to_dead_by_the_master_gives_its_lock_up(daemon, prod
     # Given a unique job that kills its worker every time, and a master that buries it after
     # one crash
     d = daemon(concurrency=1, max_crashes=1, require=REQUIRE)
-    began = time.monotonic()
     jid = lj.UniqueCrash.perform_async("pill", 1000)
     (dead,) = wait_for(lambda: zjobs(r, "dead"), 15, what="the poison pill in dead")
     assert dead["jid"] == jid and dead["error_class"] == "WorkerKilled"
     # Then its lock went with it: a new push of the same job goes in at once, long before
     # the lock's 60 s were up (sidekiq-unique-jobs left such locks for ever)
     assert lock_of(r, "UniqueCrash", ["pill", 1000])[1] is None
-    assert time.monotonic() - began < 30
     assert lj.UniqueCrash.perform_async("pill", 1000) is not None
     d.stop()
 
