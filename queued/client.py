@@ -174,13 +174,17 @@ class Client:
         the job is checked and given its jid now, and its client middleware and its write
         wait for the commit (nothing is pushed if the transaction rolls back): the jid is
         returned at once either way. ``after_commit=False`` pushes now whatever is open; a
-        database alias (str) waits for that database's transaction instead of the default's."""
+        database alias (str) waits for that database's transaction instead of the default's.
+        Inside a task's block the job is handed to the task now, whatever ``after_commit``
+        says: the task writes it with itself, and waits for a commit by its own choice."""
         sink = task_sink.get()
         if sink is not None:
             item = {**item, TASK_FIELD: sink.id}
         msg = self.normalize(item)
-        if commit_hook is not None and after_commit is not False \
-                and commit_hook(partial(self._push_checked, msg, sink), after_commit):
+        # (inside a task's block the job goes with its task, which waits for a commit or not
+        # by its own after_commit: never on its own, or it would reach a block already written)
+        if commit_hook is not None and sink is None and after_commit is not False \
+                and commit_hook(partial(self._push_checked, msg), after_commit):
             return msg["jid"]
         if not self._run_middleware(msg):
             return None
@@ -188,11 +192,11 @@ class Client:
             return None  # a duplicate of a unique job that is pending: dropped
         return msg["jid"]
 
-    def _push_checked(self, msg: dict, sink: Any) -> str | None:
+    def _push_checked(self, msg: dict) -> str | None:
         """The rest of a push deferred to a commit (push's own last three steps)."""
         if not self._run_middleware(msg):
             return None
-        if self._write([msg], clock(), sink):
+        if self._write([msg], clock()):
             return None
         return msg["jid"]
 
@@ -234,9 +238,9 @@ class Client:
             raise ValueError('job "at" must be a number or a non-empty list of numbers')
         normed = self._normalize(item)
         check_args(normed, args)
-        if commit_hook is not None and after_commit is not False:
+        if commit_hook is not None and sink is None and after_commit is not False:
             given = [new_jid() for _ in args]
-            if commit_hook(partial(self._bulk, normed, args, at, ats, batch_size, sink, given),
+            if commit_hook(partial(self._bulk, normed, args, at, ats, batch_size, None, given),
                     after_commit):
                 return given
             return self._bulk(normed, args, at, ats, batch_size, sink, given)

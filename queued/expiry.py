@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .payload import to_epoch
+from .payload import check_seconds, to_epoch
 
 #: The producer's option (seconds) and the payload's deadline (epoch seconds).
 EXPIRES_IN, EXPIRES_AT = "expires_in", "expires_at"
@@ -29,14 +29,16 @@ ERROR_CLASS = "Expired"
 
 
 def check_item(item: dict) -> None:
-    """A push's ``expires_in``/``expires_at``: ValueError naming the key."""
-    for key in (EXPIRES_IN, EXPIRES_AT):
-        if key in item:
-            value = item[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f'job "{key}" must be a number > 0 '
-                                 f'({"seconds" if key == EXPIRES_IN else "an epoch"}), '
-                                 f'not {value!r}')
+    """A push's ``expires_in`` (seconds, at most payload.MAX_SECONDS) and ``expires_at`` (an
+    epoch a float holds): ValueError naming the key."""
+    if EXPIRES_IN in item:
+        check_seconds(EXPIRES_IN, item[EXPIRES_IN])
+    if EXPIRES_AT in item:
+        value = item[EXPIRES_AT]
+        epoch = to_epoch(value)
+        if epoch is None or not epoch > 0:
+            raise ValueError(f'job "{EXPIRES_AT}" must be a number > 0 (an epoch), '
+                             f'not {value!r}')
 
 
 def stamp(msg: dict, start: float) -> None:

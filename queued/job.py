@@ -34,6 +34,7 @@ from typing import Any, Callable, NoReturn
 from . import client as _client
 from . import ops
 from .arguments import check_json
+from .payload import MAX_SECONDS
 from . import suggest
 
 #: Options a job class may set in ``queued_options``.
@@ -161,6 +162,10 @@ _OPTION_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+#: The options that are spans of seconds, at most payload.MAX_SECONDS.
+_SPANS = frozenset({"timeout", "unique_for", "expires_in"})
+
+
 def check_options(owner: str, options: Any, allowed: frozenset = OPTION_KEYS) -> None:
     """Raise TypeError naming ``owner`` and the key for an unknown option or a bad value."""
     if not isinstance(options, dict):
@@ -172,6 +177,10 @@ def check_options(owner: str, options: Any, allowed: frozenset = OPTION_KEYS) ->
         test, what = _OPTION_CHECKS[key]
         if not test(value):
             raise TypeError(f"{owner}: queued option {key!r} must be {what}, not {value!r}")
+        if key in _SPANS and value is not None and value > MAX_SECONDS:
+            # (a bigger span fits nothing that must hold it: Redis's PX, setitimer: payload.py)
+            raise ValueError(f"{owner}: queued option {key!r} must be at most {MAX_SECONDS} "
+                             f"seconds (ten years), not {value!r}")
 
 
 def did_you_mean(key: Any, known: Any, synonyms: dict[str, str] | None = None) -> str:

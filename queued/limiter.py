@@ -49,6 +49,7 @@ from typing import Any, Callable
 from . import client as _client
 from .connection import Script
 from .errors import OverLimit
+from .payload import MAX_SECONDS
 from .limitasync import async_redis as _async_redis, run_async as _run_async
 
 _LUA = os.path.join(os.path.dirname(__file__), "lua")
@@ -73,6 +74,9 @@ BLOCK_MAX = 5.0
 #: Jitter (seconds) of a parked job woken by a concurrent release.
 WAKE_JITTER = 0.05
 _NAME = re.compile(r"[^\s{}]{1,200}")
+#: The most reschedules a limiter may give a job (Sidekiq Enterprise's default is 20): the
+#: backoff of the last one, 300 * reschedule seconds, stays within payload.MAX_SECONDS.
+MAX_RESCHEDULE = 10_000
 
 
 def backoff(overrated: int, rand: random.Random | None = None) -> float:
@@ -97,7 +101,7 @@ class Limiter:
                              f"braces, not {name!r}")
         _whole(size, "size", 1)
         _seconds(wait_timeout, "wait_timeout", 0)
-        _whole(reschedule, "reschedule", 0)
+        _whole(reschedule, "reschedule", 0, MAX_RESCHEDULE)
         self.name = name
         self.size = size
         self.wait_timeout = float(wait_timeout)
@@ -194,15 +198,18 @@ class Limiter:
 
     # --- the worker's side: an OverLimit raised out of a job (server/guards.py) -------------
     def park_call(self, keys: Any, payload: str, overrated: int, wait: float | None,
-                  rand: random.Random | None = None) -> tuple[list, list]:
+                  rand: random.Random | None = None, cap: float | None = None
+                  ) -> tuple[list, list]:
         """KEYS and ARGV of limit_park.lua for a job rescheduled after this limiter's
-        OverLimit: ``payload`` as it goes to schedule, its ``overrated`` count (this one
-        included)."""
+        OverLimit: ``payload`` as it is in the schedule, its ``overrated`` count (this one
+        included), ``cap`` the seconds from now it is scheduled at already (None: its
+        ``backoff``)."""
         rand = rand or random
         spacing = self.spacing()
-        cap = backoff(overrated, rand)
+        if cap is None:
+            cap = backoff(overrated, rand)
         ks = [keys.limiter(self.name), keys.limiter(self.name, "parked"),
-              keys.limiter(self.name, "leases"), keys.counter("overlimit")]
+              keys.limiter(self.name, "leases"), keys.counter("overlimit"), keys.schedule]
         jitter = WAKE_JITTER * rand.random() if spacing is None else spacing * rand.random()
         args = [self.kind, self._now(), repr(float(cap)), repr(-1.0 if wait is None else wait),
                 repr(spacing or 0.0), repr(jitter), payload, self.size,
@@ -373,13 +380,18 @@ def _block_for(left: float, wait_ms: int) -> float:
     return max(0.001, until)
 
 
-def _whole(value: Any, what: str, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"a limiter's {what} is a whole number >= {least}, not {value!r}")
+def _whole(value: Any, what: str, least: int, most: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least \
+            or (most is not None and value > most):
+        raise ValueError(f"a limiter's {what} is a whole number >= {least}"
+                         f"{'' if most is None else f' and at most {most}'}, not {value!r}")
 
 
 def _seconds(value: Any, what: str, least: float, above: bool = False) -> None:
+    """A span in seconds, at most payload.MAX_SECONDS (a lock_timeout of 1e300 was taken,
+    then every take failed in Redis: its lease's expiry out of range)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < least \
-            or (above and value == least) or value != value:
+            or (above and value == least) or value != value or value > MAX_SECONDS:
         raise ValueError(f"a limiter's {what} is a number of seconds "
-                         f"{'>' if above else '>='} {least:g}, not {value!r}")
+                         f"{'>' if above else '>='} {least:g} and at most {MAX_SECONDS} "
+                         f"(ten years), not {value!r}")

@@ -22,7 +22,9 @@ task lives ``ttl_success`` (or ``ttl_failure`` if any job failed), one whose job
 ``ttl_idle`` after the last move (an abandoned task).
 
 Inside a database transaction (queued.django), a task's writes wait for the commit as a push
-does (none if it rolls back); its id is known at once. ``after_commit=False`` writes at once.
+does (none if it rolls back); its id is known at once. ``after_commit=False`` writes at once,
+a database alias waits for that database's commit. The jobs of a block go with the task: a
+push inside the block is handed to it at once, whatever the push's own ``after_commit``.
 In queued.testing's fake and inline modes a task lives in memory (testing/tasks.py): every
 method that reads or writes Redis hands over to it first.
 """
@@ -185,10 +187,12 @@ class Task:
         """The block's jobs, CHUNK per transaction: each job's record, its ``enqueued`` state
         and the job itself together, so a worker never runs a job the task does not know."""
         if _client.testing is not None:
-            _client.testing.write_task(self, buffer)
-            self._stored = True
-            if seal:
-                self._seal(None)
+            try:  # (inline mode raises a job's error once every job ran: seal first anyway)
+                _client.testing.write_task(self, buffer)
+            finally:
+                self._stored = True
+                if seal:
+                    self._seal(None)
             return
         r, ks = self.client.redis, self.keys.task_keys(self.id)
         ttl_ms = int(self._meta["ttl_idle"]) * 1000

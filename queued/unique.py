@@ -24,7 +24,12 @@ otherwise when its TTL runs out.
 
 The digest is written into the payload (``unique_digest``), so a job whose queue changes
 (``retry_queue``) still finds its lock; a payload without one gets it computed from its
-(class, queue, args).
+(class, queue, args), its queue being the one it was taken from when it names none.
+
+A job pushed without a jid runs under a jid made from its bytes (payload.derived_jid): two
+identical pushes share it. Its run holds the lock as ``<jid>:<nonce>`` (run_holder), so the
+second copy finds the lock held by another and is put off, under a jid of its own; the job's
+later payloads (a retry) carry the jid, and a lock ``<jid>:<nonce>`` is theirs too.
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ from typing import Any, Iterable, NamedTuple
 
 from .connection import Script
 from .keys import Keys
-from .payload import dumps
+from .payload import MAX_SECONDS, check_seconds, dumps, seconds_of
 
 #: Payload keys: the lock period in seconds, when it ends ("success", the default, or
 #: "start"), and the digest of the job's (class, queue, args).
@@ -59,40 +64,53 @@ class Lock(NamedTuple):
 
 def period(msg: dict) -> float | None:
     """The job's ``unique_for`` in seconds, or None: not a unique job (absent, or not a
-    positive number: a foreign producer's odd value is ignored rather than failing the job)."""
-    value = msg.get(UNIQUE_FOR)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        return None
-    return float(value)
+    positive number: a foreign producer's odd value is ignored rather than failing the job).
+    A bigger one than MAX_SECONDS is MAX_SECONDS (payload.seconds_of: 1e308 or 10**400
+    raised OverflowError on every take, 1e20 made Redis refuse the lock's expiry)."""
+    return seconds_of(msg.get(UNIQUE_FOR))
 
 
-def digest(msg: dict) -> str:
+def digest(msg: dict, queue: str | None = None) -> str:
     """The digest of a job's (class, queue, args): its own ``unique_digest`` if it carries a
-    well-formed one, else SHA-1 of their JSON (the shape of Sidekiq Enterprise's key)."""
+    well-formed one, else SHA-1 of their JSON (the shape of Sidekiq Enterprise's key). A
+    payload without a "queue" string (a hand-written push) is in ``queue``, the one it was
+    taken from, else Sidekiq's "default": the queue its twin pushed by queued's client names
+    (with null, the two named two locks and ran at once)."""
     given = msg.get(DIGEST)
     if isinstance(given, str) and _HEX40.fullmatch(given):
         return given
-    text = dumps([msg.get("class"), msg.get("queue"), msg.get("args")])
+    named = msg.get("queue")
+    if not isinstance(named, str) or not named:
+        named = queue or "default"
+    text = dumps([msg.get("class"), named, msg.get("args")])
     return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def lock_of(keys: Keys, msg: dict, delay: float = 0.0) -> Lock | None:
+def lock_of(keys: Keys, msg: dict, delay: float = 0.0, queue: str | None = None,
+            holder: str | None = None) -> Lock | None:
     """The lock of a parsed job (None if it is not unique); ``delay``: seconds until a
-    scheduled job runs (its lock lasts that much longer)."""
+    scheduled job runs (its lock lasts that much longer); ``queue``: the queue it was taken
+    from (see digest); ``holder``: what the lock holds (default: its jid; see run_holder)."""
     seconds = period(msg)
     if seconds is None:
         return None
-    ttl_ms = max(1, int((seconds + max(0.0, delay)) * 1000))
-    return Lock(keys.unique(digest(msg)), str(msg.get("jid")), ttl_ms,
+    ttl_ms = max(1, int(min(seconds + max(0.0, delay), 2 * MAX_SECONDS) * 1000))
+    return Lock(keys.unique(digest(msg, queue)), holder or str(msg.get("jid")), ttl_ms,
                 msg.get(UNIQUE_UNTIL) == "start")
+
+
+def run_holder(jid: str) -> str:
+    """What the lock holds for a run of a job pushed without a jid: its jid (made from its
+    bytes: two identical pushes share it) and a nonce of this run, so two copies never take
+    the lock as their own. The job's later payloads (a retry) carry that jid as their own, and
+    a lock ``<jid>:<nonce>`` is their own (unique_start.lua, unique_release.lua)."""
+    return f"{jid}:{os.urandom(6).hex()}"
 
 
 def check_item(item: dict) -> None:
     """A push's unique keys, checked as the options are (job.py): ValueError naming the key."""
     if UNIQUE_FOR in item:
-        value = item[UNIQUE_FOR]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f'job "unique_for" must be a number of seconds > 0, not {value!r}')
+        check_seconds(UNIQUE_FOR, item[UNIQUE_FOR])
     if UNIQUE_UNTIL in item and item[UNIQUE_UNTIL] not in UNTIL:
         raise ValueError(f'job "unique_until" must be "success" or "start", '
                          f'not {item[UNIQUE_UNTIL]!r}')
@@ -106,19 +124,25 @@ def release_call(locks: Iterable[tuple[str, str]]) -> tuple[list, list]:
     return [key for key, _ in pairs], [jid for _, jid in pairs]
 
 
-def held_by(keys: Keys, msgs: Iterable[dict | None]) -> list[tuple[str, str]]:
-    """The (lock key, jid) of each unique job among ``msgs`` (parsed payloads; None skipped)."""
+def held_by(keys: Keys, msgs: Iterable[dict | None],
+            queue: str | None = None) -> list[tuple[str, str]]:
+    """The (lock key, jid) of each unique job among ``msgs`` (parsed payloads; None skipped),
+    taken from ``queue`` (for those without a "queue" key: see digest)."""
     out = []
     for msg in msgs:
         if msg is not None and period(msg) is not None and isinstance(msg.get("jid"), str):
-            out.append((keys.unique(digest(msg)), msg["jid"]))
+            out.append((keys.unique(digest(msg, queue)), msg["jid"]))
     return out
 
 
-def release(r: Any, keys: Keys, msgs: Iterable[dict | None]) -> int:
+def release(r: Any, keys: Keys, msgs: Iterable[dict | None], queue: str | None = None) -> int:
     """Give up the locks these jobs hold (those that hold one); the number released. For the
     master (a job it sent to dead) and the operator's side (a job deleted or killed)."""
-    pairs = held_by(keys, msgs)
+    return release_pairs(r, held_by(keys, msgs, queue))
+
+
+def release_pairs(r: Any, pairs: list[tuple[str, str]]) -> int:
+    """Give up these (lock key, jid) locks, each if that jid holds it; the number released."""
     if not pairs:
         return 0
     return int(UNIQUE_RELEASE(r, *release_call(pairs)))

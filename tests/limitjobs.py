@@ -21,6 +21,8 @@ GATE = "t:gate:"       # a job waiting on a gate runs until t:gate:<tag> exists
 THREE = queued.Limiter.concurrent("three", 3, wait_timeout=30, lock_timeout=30)
 PER_SECOND = queued.Limiter.bucket("per-second", 2, "second", wait_timeout=0, reschedule=3)
 NEVER = queued.Limiter.concurrent("never", 1, wait_timeout=0, lock_timeout=60, reschedule=2)
+#: A unit its holder may keep 2 s at most (a holder killed with it gives it back then).
+BRIEF = queued.Limiter.concurrent("brief", 1, wait_timeout=0, lock_timeout=2, reschedule=5)
 
 
 def _r():
@@ -142,6 +144,17 @@ class WantsNever(queued.Job):
     def perform(self, tag):
         _start(self)
         with NEVER:
+            _r().rpush("t:granted", tag)
+        _finish(self)
+
+
+class WantsBrief(queued.Job):
+    """Wants BRIEF's unit without waiting: OverLimit while someone holds it."""
+    queued_options = {"retry": 0}
+
+    def perform(self, tag):
+        _start(self)
+        with BRIEF:
             _r().rpush("t:granted", tag)
         _finish(self)
 

@@ -135,3 +135,80 @@ def test_prometheus_metrics_carry_the_counts_and_each_limiter(limiters, web, r):
     assert sizes == {"erp": 2, "stripe": 3, "<b>x</b>": 5}
     used = {s.labels["limiter"]: s.value for s in families["queued_limiter_in_use"].samples}
     assert used["erp"] == 1 and used["stripe"] == 2
+
+
+# --- odd keys (red team rt3 #8) ---------------------------------------------------------------
+
+@pytest.fixture
+def odd_keys(limiters, producer, r):
+    """What any Redis client could leave under queued's prefixes, beside the good limiters and
+    one good lock: a limiter whose key is a string, one whose count is not a number, one whose
+    definition is not JSON, one named in bytes that are not UTF-8 (with its own hash), and
+    lock keys of another type and with a name that is not UTF-8."""
+    now = 1_800_000_000
+    r.zadd(K.limiters, {b"wrongtype": now, b"nan": now, b"notjson": now, b"bin\xff": now})
+    r.set(K.limiter("wrongtype"), "a string")
+    r.hset(K.limiter("nan"), mapping={"def": '{"kind":"window","size":4,"interval":"<i>"}',
+                                      "held": "NaN", "waited": 3})
+    r.hset(K.limiter("notjson"), mapping={"def": "not json{", "held": 2})
+    r.hset(b"queued:limiter:{bin\xff}", mapping={
+        "def": '{"kind":"concurrent","size":7,"lock_timeout":"soon"}', "held": 9})
+    good = Nightly.perform_async("odd")
+    r.hset(K.unique("wrongtype"), "a", "b")
+    r.set(b"queued:unique:\xff\xfe", b"j\xff", ex=100)
+    return good
+
+
+def test_queuedctl_lists_every_limiter_and_lock_and_marks_the_odd_ones(odd_keys, redis_url):
+    # (one such key made `queuedctl limits` and `locks` fail whole: WRONGTYPE, "NaN")
+    doc = {d["name"]: d for d in ctl_json("limits", url=redis_url)}
+    assert set(doc) == {"erp", "stripe", "<b>x</b>", "wrongtype", "nan", "notjson", "bin\\xff"}
+    assert {n for n, d in doc.items() if d["trouble"]} == {"wrongtype", "nan", "notjson",
+                                                            "bin\\xff"}
+    assert "not a limiter's hash" in doc["wrongtype"]["trouble"]
+    assert "'held' is not a whole number (NaN)" in doc["nan"]["trouble"]
+    assert (doc["nan"]["size"], doc["nan"]["waited"]) == (4, 3)
+    assert "definition is not what queued writes" in doc["notjson"]["trouble"]
+    # the name that is not UTF-8 is read from its own keys: kind, size and counts
+    assert (doc["bin\\xff"]["kind"], doc["bin\\xff"]["size"], doc["bin\\xff"]["held"]) == \
+        ("concurrent", 7, 9)
+    assert "lock_timeout" in doc["bin\\xff"]["trouble"]
+    assert doc["erp"]["trouble"] is None and doc["erp"]["in_use"] == 1
+    listing = ctl("limits", url=redis_url)
+    assert listing.returncode == 0
+    table = {row[0]: row for row in rows(listing.stdout)}
+    assert table["erp"][1:4] == ["concurrent", "2", "1"]
+    assert table["wrongtype"][1] == "?" and table["bin\\xff"][1:3] == ["concurrent", "7"]
+    assert sorted(line.split(":")[1].strip() for line in listing.stderr.splitlines()) == \
+        sorted(f"limiter {n}" for n in ("wrongtype", "nan", "notjson", "bin\\xff"))
+    # locks: the good one, and the two odd keys marked
+    locks = {lock["digest"]: lock for lock in ctl_json("locks", url=redis_url)}
+    assert len(locks) == 3
+    assert "another type" in locks["wrongtype"]["trouble"]
+    assert (locks["\\xff\\xfe"]["jid"], locks["\\xff\\xfe"]["trouble"]) == ("j\\xff", None)
+    assert [lock["jid"] for d, lock in locks.items() if len(d) == 40] == [odd_keys]
+    assert ctl("locks", url=redis_url).returncode == 0
+
+
+def test_the_limits_and_locks_pages_list_every_key_and_mark_the_odd_ones(odd_keys, web, r):
+    # (a count "NaN" and a lock key that is not UTF-8 made them a 500)
+    page = web.get("/limits")
+    assert page.status_code == 200
+    for name in ("erp", "wrongtype", "nan", "notjson", "bin\\xff"):
+        assert f'<tr data-limiter="{name}"' in page.text, name
+    nan = page.text[page.text.index('data-limiter="nan"'):].split("</tr>")[0]
+    assert 'class="odd"' in nan and "is not a whole number" in nan
+    assert "interval is not a number of seconds (&#39;&lt;i&gt;&#39;)" in nan
+    assert "<i>" not in nan
+    locks = web.get("/locks")
+    assert locks.status_code == 200
+    assert '<tr data-digest="wrongtype" class="odd">' in locks.text
+    # And the lock whose name is not UTF-8 is given up from the page (its exact name sent)
+    row = locks.text[locks.text.index('data-digest="\\xff\\xfe"'):].split("</tr>")[0]
+    field = re.search(r'<input type="hidden" name="(digest~?)" value="([^"]*)">', row)
+    done = web.post("/locks", data={"action": "release", field.group(1): field.group(2),
+                                    "csrf_token": _token(web, "/locks")})
+    assert done.status_code == 200
+    assert r.exists(b"queued:unique:\xff\xfe") == 0
+    # And /metrics still answers, the odd limiters with what could be read
+    assert web.get("/metrics").status_code == 200

@@ -66,6 +66,24 @@ def test_set_expires_in_for_one_push_and_none_for_none(producer, r, frozen):
         producer.push({"class": "Ruby::Job", "args": [], "expires_at": "tomorrow"})
 
 
+@pytest.mark.parametrize("huge", [1e20, 1e308, float("inf"), 10**400])
+def test_an_expires_in_past_ten_years_is_refused_at_the_call(producer, r, huge):
+    with pytest.raises(ValueError, match=r"expires_in.*at most 315360000 seconds"):
+        Lasting.set(expires_in=huge)
+    with pytest.raises(ValueError, match=r"expires_in.*at most 315360000 seconds"):
+        producer.push({"class": "Ruby::Job", "args": [], "expires_in": huge})
+    assert r.keys("*") == []
+
+
+def test_an_expires_at_past_what_a_float_holds_is_refused_at_the_push_and_ignored_in_a_job(
+        producer, r):
+    with pytest.raises(ValueError, match="expires_at"):
+        producer.push({"class": "Ruby::Job", "args": [], "expires_at": 10**400})
+    # a foreign payload's: no usable deadline, so none (it used to raise OverflowError)
+    assert expiry.deadline({"expires_at": 10**400}) is None
+    assert expiry.expired({"expires_at": 10**400}, 2e9) is None
+
+
 def test_a_foreign_producers_expires_at_is_read_in_seconds_or_milliseconds():
     assert expiry.deadline({"expires_at": 1_800_000_000.25}) == 1_800_000_000.25
     assert expiry.deadline({"expires_at": 1_800_000_000_250}) == 1_800_000_000.25

@@ -256,11 +256,12 @@ def test_a_concurrent_overlimit_job_is_parked_unless_a_unit_is_free_now(default_
     ks, args = limiter.park_call(K, "free", 1, None, random.Random(1))
     assert float(lim.PARK(r, ks, args)) - 2_000_000 < lim.WAKE_JITTER
     assert r.zcard(K.limiter("c-park", "parked")) == 0
-    # All held: it is parked until a release, its latest time the backoff's cap
+    # All held: it is parked until a release, at the latest until the holder's lease ends
+    # (lock_timeout: a crashed holder's unit comes back then), before the backoff's cap
     limiter.acquire()
     ks, args = limiter.park_call(K, "parked", 2, None, random.Random(1))
     wake = float(lim.PARK(r, ks, args)) - 2_000_000
-    assert 601 <= wake <= 900
+    assert 60.01 <= wake < 60.01 + lim.WAKE_JITTER
     assert r.zrange(K.limiter("c-park", "parked"), 0, -1) == [b"parked"]
     # The release brings its schedule entry forward to now (and unparks it)
     r.zadd(K.schedule, {"parked": 2_000_000 + wake})
@@ -284,8 +285,121 @@ def test_limiter_definitions_are_checked():
         queued.Limiter.concurrent("c", 1, lock_timeout=0)
 
 
+@pytest.mark.parametrize("huge", [1e300, float("inf"), 10**400, 315360001])
+def test_limiter_times_past_ten_years_are_refused_at_the_definition(huge):
+    # (lock_timeout=1e300 was taken, then every take failed in Redis: rt3 #2)
+    for make, what in (
+            (lambda: queued.Limiter.concurrent("c", 1, lock_timeout=huge), "lock_timeout"),
+            (lambda: queued.Limiter.concurrent("c", 1, wait_timeout=huge), "wait_timeout"),
+            (lambda: queued.Limiter.window("w", 1, huge), "seconds"),
+            (lambda: queued.Limiter.leaky("l", 1, huge), "seconds")):
+        with pytest.raises(ValueError, match=rf"{what} is a number of seconds .* at most "
+                                             r"315360000"):
+            make()
+    with pytest.raises(ValueError, match="reschedule is a whole number >= 0 and at most 10000"):
+        queued.Limiter.bucket("b", 1, "second", reschedule=10**400)
+    queued.Limiter.concurrent("c", 1, lock_timeout=315360000, wait_timeout=315360000)
+
+
 def test_backoff_is_sidekiq_enterprises_linear_formula():
     rand = random.Random(7)
     expected = random.Random(7)
     for overrated in (1, 2, 20):
         assert lim.backoff(overrated, rand) == 300 * overrated + expected.randrange(300) + 1
+
+
+# --- parked jobs are never forgotten (red team rt3 #3 and #4) ---------------------------------
+
+class ReleaseBetween:
+    """A worker's ends (a real Fetcher) that release the limiter's unit right after the first
+    of the two writes of an over-limit job (its schedule entry, its parking), whichever the
+    worker makes first: the worst moment for a release."""
+
+    def __init__(self, fetcher, release):
+        self.fetcher, self.release = fetcher, release
+        self.calls = []
+
+    def _between(self):
+        if self.release is not None:
+            self.release()
+            self.release = None
+
+    def run_script(self, script, keys, args):
+        reply = self.fetcher.run_script(script, keys, args)
+        self.calls.append("park")
+        self._between()
+        return reply
+
+    def send_ahead(self, script, keys, args, keep):
+        self.fetcher.send_ahead(script, keys, args, keep)
+
+    def record(self, res, kind, score, data, queue="", task=None):
+        self.fetcher.fail(res, kind, score, data, queue, task)
+        self.calls.append(kind)
+        self._between()
+
+
+def test_a_release_between_an_overlimit_jobs_two_writes_still_wakes_it(
+        default_client, r, make_fetcher):
+    from queued.server.guards import Guards
+    # Given a concurrent limiter of 1, held, and a job reserved by a worker that got OverLimit
+    limiter = queued.Limiter.concurrent("c-between", 1, wait_timeout=0, lock_timeout=60)
+    limiter.acquire()
+    f = make_fetcher()
+    r.lpush("queue:default", b'{"class":"X","args":[1],"jid":"' + b"c" * 24 + b'"}')
+    (res,) = f.reserve(1)
+    with pytest.raises(queued.OverLimit) as over:
+        queued.Limiter.concurrent("c-between", 1, wait_timeout=0).acquire()
+    # When the holder releases between the worker's two writes
+    ends = ReleaseBetween(f, limiter.release)
+    guards = Guards(K, ends, ends.record)
+    assert guards.overlimit(res, {"class": "X", "args": [1], "jid": "c" * 24}, over.value,
+                            None)
+    # Then the job is due now (before: parked first, the release found no schedule entry
+    # to bring forward, and the job slept until its cap, 301 s or more, the limiter idle)
+    ((member, at),) = r.zrange(K.schedule, 0, -1, withscores=True)
+    assert b'"overrated":1' in member
+    assert at - time.time() < 1
+    assert ends.calls == ["later", "park"]
+    assert r.zcard(K.limiter("c-between", "leases")) == 0
+    assert r.zcard(K.reserved("host:1:abc", 0)) == 0
+
+
+def test_parked_jobs_wake_at_their_holders_lease_ends_and_each_takes_back_one_unit(
+        default_client, r):
+    # Given a concurrent limiter of 2 whose holders crashed (their leases end at +30 and +40)
+    clock = Clock(3_000_000)
+    limiter = queued.Limiter.concurrent("c-lease", 2, wait_timeout=0, lock_timeout=30)
+    limiter.clock = clock
+    limiter.acquire()
+    clock.t += 10
+    limiter.acquire()
+    limiter._held.set(())  # (their tokens forgotten: the processes are gone)
+    # When three jobs are parked on it, each in the schedule at its cap first (the worker's
+    # order)
+    wakes = []
+    for i in range(3):
+        payload = f"parked-{i}"
+        r.zadd(K.schedule, {payload: clock.t + 5000})
+        ks, args = limiter.park_call(K, payload, 1, None, random.Random(i), cap=5000)
+        wakes.append(float(lim.PARK(r, ks, args)) - 3_000_000)
+    # Then the first wakes when the first lease ends, the second with the second, and the
+    # third (no lease left for it) waits for a release, at the latest until its cap
+    scores = {m.decode(): s - 3_000_000 for m, s in r.zrange(K.schedule, 0, -1,
+                                                             withscores=True)}
+    assert 30.01 <= scores["parked-0"] == wakes[0] < 30.01 + lim.WAKE_JITTER
+    assert 40.01 <= scores["parked-1"] == wakes[1] < 40.01 + lim.WAKE_JITTER
+    assert scores["parked-2"] == wakes[2] == 5010
+    # And the first, run then, takes the expired lease's unit back for itself and wakes no
+    # other parked job for it (one unit: one job)
+    clock.t = 3_000_000 + scores["parked-0"]
+    r.zrem(K.schedule, "parked-0")  # (the scheduler moved it to its queue; it runs)
+    limiter.acquire()
+    assert r.hget(K.limiter("c-lease"), "reclaimed") == b"1"
+    after = {m.decode(): s - 3_000_000 for m, s in r.zrange(K.schedule, 0, -1,
+                                                            withscores=True)}
+    assert after == {"parked-1": scores["parked-1"], "parked-2": 5010}
+    # And a release still wakes the job parked longest that is waiting
+    limiter.release()
+    assert r.zscore(K.schedule, "parked-1") - clock.t < lim.WAKE_JITTER
+    assert r.zscore(K.schedule, "parked-2") - 3_000_000 == 5010

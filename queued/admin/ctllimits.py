@@ -8,8 +8,11 @@ from __future__ import annotations
 import argparse
 import re
 
+from ..limiter import INTERVALS
 from . import ctlout as out
 from .ctlcmds import Command, Context, Unhealthy, confirmed, json_flag, positive, yes_flag
+from .limits import is_seconds
+from .names import to_key
 
 _DIGEST = re.compile(r"[0-9a-f]{40}")
 
@@ -26,14 +29,16 @@ def run_limits(ctx: Context, args) -> int:
     else:
         found = ctx.admin.limits.all()
     if args.json:
-        out.emit_json([info.as_dict() for info in found])
+        out.emit_json([{**info.as_dict(), "name": shown(info.name)} for info in found])
         return 0
     rows = []
     for info in found:
         c = info.counts
-        rows.append((info.name, _kind(info), out.count(info.size), _use(info.in_use),
+        rows.append((shown(info.name), _kind(info), out.count(info.size), _use(info.in_use),
                      out.count(c.get("waited", 0)), out.count(c.get("overlimit", 0)),
                      out.count(info.parked) if info.kind == "concurrent" else "-"))
+        if info.trouble:  # (listed with what could be read; what is odd, said once)
+            out.warn(f"limiter {shown(info.name)}: {info.trouble}")
     # (80 columns: the other counts, held, mean wait, rescheduled, last use, are in --json)
     out.print_table("Rate limiters", ["Limiter", "Kind", "Size", "In use", "Waited",
                                       "Over limit", "Parked"], rows,
@@ -45,10 +50,16 @@ def run_limits(ctx: Context, args) -> int:
 def _kind(info) -> str:
     d = info.definition
     if info.kind == "bucket":
-        return f"bucket {d.get('interval')}"
+        return f"bucket {d.get('interval') if d.get('interval') in INTERVALS else '?'}"
     if info.kind in ("window", "leaky"):
-        return f"{info.kind} {out.duration(float(d.get('interval') or 0))}"
+        span = d.get("interval")
+        return f"{info.kind} {out.duration(float(span)) if is_seconds(span) else '?'}"
     return info.kind or "?"
+
+
+def shown(text: str) -> str:
+    """A name read from Redis, printable: a byte that is not UTF-8 as \\xff (names.py)."""
+    return to_key(text).decode("utf-8", "backslashreplace")
 
 
 def _use(value: float) -> str:
@@ -65,11 +76,16 @@ def _limits_arguments(p: argparse.ArgumentParser) -> None:
 def run_locks(ctx: Context, args) -> int:
     locks = ctx.admin.locks.scan(limit=args.limit)
     if args.json:
-        out.emit_json([lock.as_dict() for lock in locks])
+        out.emit_json([{**lock.as_dict(), "digest": shown(lock.digest), "jid": shown(lock.jid)}
+                       for lock in locks])
         return 0
+    for lock in locks:
+        if lock.trouble:
+            out.warn(f"lock {shown(lock.digest)}: {lock.trouble}")
     out.print_table("Unique locks", ["Digest", "JID", "Time left"],
-                    [(lock.digest, lock.jid, out.duration(lock.ttl) if lock.ttl is not None
-                      else "no TTL") for lock in locks],
+                    [(shown(lock.digest), shown(lock.jid) or "?",
+                      out.duration(lock.ttl) if lock.ttl is not None else "no TTL")
+                     for lock in locks],
                     caption=out.plural(len(locks), "lock"), right=("Time left",),
                     more=f"the first {args.limit}; --limit N for more"
                     if len(locks) == args.limit else None)

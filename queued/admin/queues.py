@@ -65,7 +65,7 @@ class Queue:
         with Snapshot(self.r, self.keys, self.key, "list", take=True,
                       also=lambda pipe: pipe.srem(self.keys.queues, self.member)) as snap:
             mark_taken(self.r, self.keys, snap, self.source, f"queue {self.name}")
-            release_taken(self.r, self.keys, snap)
+            release_taken(self.r, self.keys, snap, self.name)
         return snap.count
 
     def page(self, offset: int = 0, limit: int = 25) -> list[Entry]:

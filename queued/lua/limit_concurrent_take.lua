@@ -3,7 +3,10 @@
 -- clock + lock_timeout): a holder that crashed never gives its unit back, so a lease past its
 -- end is taken back here (and on every release), and a waiter woken for it. The caller that
 -- gets nothing waits on the wake list (BLPOP: no polling) until a release pushes to it, or
--- until the earliest lease ends, whichever comes first.
+-- until the earliest lease ends, whichever comes first. Units taken back wake as many waiters
+-- and parked jobs as stay free once this take has its own: a parked job woken at a crashed
+-- holder's lease end (limit_park.lua) takes that unit here, and must not wake another parked
+-- job for it (that one would find no unit, and spend a reschedule).
 --
 -- KEYS[1]  the limiter's hash     KEYS[2]  its leases zset    KEYS[3]  its wake list
 -- KEYS[4]  its parked zset        KEYS[5]  the schedule zset  KEYS[6]  the index of limiters
@@ -14,15 +17,19 @@
 -- Returns {1, 0} granted, or {0, ms until the earliest lease ends}.
 local now = limit_now(ARGV[4])
 local size = tonumber(ARGV[1])
-local back = limit_reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], size, now,
-                           tonumber(ARGV[9]))
+local back = limit_take_back(KEYS[1], KEYS[2], now)
 local granted = redis.call('ZCARD', KEYS[2]) < size
 local wait_ms = 0
 if granted then
   local ttl = tonumber(ARGV[3])
   redis.call('ZADD', KEYS[2], limit_time(now + ttl / 1000), ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ttl + 60000)
-else
+end
+if back > 0 then
+  limit_wake(KEYS[3], KEYS[4], KEYS[5], size, now, tonumber(ARGV[9]),
+             math.min(back, size - redis.call('ZCARD', KEYS[2])))
+end
+if not granted then
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   wait_ms = math.max(1, math.ceil((tonumber(first[2]) - now) * 1000))
 end

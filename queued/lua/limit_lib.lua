@@ -54,6 +54,7 @@ end
 -- deleted, or one that already ran, is passed over.
 local WAKE_TTL_MS = 5000
 local function limit_wake(wake, parked, schedule, size, now, jitter, count)
+  if count <= 0 then return end
   for _ = 1, count do redis.call('LPUSH', wake, '1') end
   redis.call('LTRIM', wake, 0, size - 1)
   redis.call('PEXPIRE', wake, WAKE_TTL_MS)
@@ -69,11 +70,16 @@ local function limit_wake(wake, parked, schedule, size, now, jitter, count)
 end
 
 -- Leases past their end belong to holders that crashed (or ran past lock_timeout): taken back.
-local function limit_reclaim(hash, leases, wake, parked, schedule, size, now, jitter)
+-- The number taken back; the caller wakes waiters for them (limit_wake), or for those of them
+-- it does not take itself (a take).
+local function limit_take_back(hash, leases, now)
   local back = redis.call('ZREMRANGEBYSCORE', leases, '-inf', limit_time(now))
-  if back > 0 then
-    redis.call('HINCRBY', hash, 'reclaimed', back)
-    limit_wake(wake, parked, schedule, size, now, jitter, back)
-  end
+  if back > 0 then redis.call('HINCRBY', hash, 'reclaimed', back) end
+  return back
+end
+
+local function limit_reclaim(hash, leases, wake, parked, schedule, size, now, jitter)
+  local back = limit_take_back(hash, leases, now)
+  limit_wake(wake, parked, schedule, size, now, jitter, back)
   return back
 end

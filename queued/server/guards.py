@@ -14,9 +14,9 @@ none of this a dict lookup (the daemon's per-job cost must not move: docs/benchm
   JobFailed, bury): its lock goes. A retry, a release or an over-limit reschedule keeps it: the
   job is still pending (Sidekiq Enterprise #6448 let duplicates in while one waited to retry).
 - ``overlimit(res, msg, error, task_id)`` when ``queued.OverLimit`` came out of ``perform``: the
-  job is rescheduled, no failure, ``overrated`` counted in its payload, woken when its limiter
-  has room (limit_park.lua) and at the latest after Sidekiq Enterprise's backoff; past the
-  limiter's ``reschedule`` it takes the retry path (False).
+  job is rescheduled, no failure, ``overrated`` counted in its payload, at the latest after
+  Sidekiq Enterprise's backoff, then parked to be woken when its limiter has room
+  (limit_park.lua); past the limiter's ``reschedule`` it takes the retry path (False).
 - ``retry_past_deadline(...)``: a failure whose retry would come after the job's deadline
   expires it now instead (a retry never extends it).
 
@@ -30,6 +30,8 @@ import logging
 import random
 import time
 from typing import Callable
+
+import redis
 
 from .. import expiry, tracking, unique
 from .. import payload as codec
@@ -65,33 +67,42 @@ class Guards:
         if at is not None:
             self.expire(res, msg, job_class, task_id, expiry.describe(at, now))
             return False
-        lock = self._lock(msg)
-        if lock is None:
+        if unique.period(msg) is None:
             return True
+        jidless = msg["jid"] == codec.derived_jid(res.payload)  # (pushed without a jid)
+        lock = self._lock(res, msg, jidless)
         left = self.ends.run_script(unique.UNIQUE_START,
                                     [lock.key, self.keys.counter("unique_deferred")],
                                     [lock.jid, lock.ttl_ms, "start" if lock.until_start
                                      else "hold"])
         if left == 0:
             return True
-        self._defer(res, msg, task_id, left)
+        self._defer(res, msg, task_id, left, jidless)
         return False
 
-    def _lock(self, msg: dict) -> unique.Lock | None:
-        lock = unique.lock_of(self.keys, msg)
-        if lock is not None and unique.DIGEST not in msg:
+    def _lock(self, res, msg: dict, jidless: bool) -> unique.Lock:
+        lock = unique.lock_of(self.keys, msg, queue=res.queue,
+                              holder=unique.run_holder(msg["jid"]) if jidless else None)
+        if unique.DIGEST not in msg:
             # (a Ruby or PHP producer's job: its later payloads carry the digest, so a change
-            # of queue on a retry does not lose its lock)
-            msg[unique.DIGEST] = unique.digest(msg)
+            # of queue on a retry does not lose its lock; one without a "queue" key has it
+            # from the queue it was taken from)
+            msg[unique.DIGEST] = unique.digest(msg, res.queue)
         return lock
 
-    def _defer(self, res, msg: dict, task_id: str | None, left_ms: int) -> None:
-        """Another jid holds the lock: this copy runs later, when it may be free."""
+    def _defer(self, res, msg: dict, task_id: str | None, left_ms: int,
+               jidless: bool) -> None:
+        """Another jid holds the lock: this copy runs later, when it may be free. A copy
+        pushed without a jid goes with a jid of its own: the jid made from its bytes is its
+        twin's too, and a twin's lock would be its own."""
         wait = DEFER_MAX if left_ms < 0 else min(left_ms / 1000, DEFER_MAX)
         wait = max(0.05, wait * (0.5 + random.random() / 2))
         log.info("unique: another job holds this job's lock (%s); put off for %.1fs, not run "
                  "at the same time", msg.get(unique.DIGEST), wait)
-        self.record(res, "later", time.time() + wait, codec.dumps(_fresh(msg)),
+        again = _fresh(msg)
+        if jidless:
+            again["jid"] = codec.new_jid()
+        self.record(res, "later", time.time() + wait, codec.dumps(again),
                     task=_enqueued(task_id, msg))
 
     def expire(self, res, msg: dict, job_class, task_id: str | None, why: str) -> None:
@@ -100,7 +111,7 @@ class Guards:
         log.warning("expired: %s", why)
         keys = [self.keys.counter("expired")]
         if unique.period(msg) is not None:
-            keys.append(self.keys.unique(unique.digest(msg)))
+            keys.append(self.keys.unique(unique.digest(msg, res.queue)))
         self.ends.send_ahead(EXPIRED, keys, [str(msg["jid"])], keep=True)
         move = None
         if task_id is not None:
@@ -137,11 +148,20 @@ class Guards:
         again = _fresh(msg)
         again[OVERRATED] = overrated
         payload = codec.dumps(again)
-        ks, args = limiter.park_call(self.keys, payload, overrated, error.wait)
-        wake = float(self.ends.run_script(limiter_park(), ks, args))
+        # Into the schedule at its latest time first, then parked (limit_park.lua brings it
+        # forward): parked first, a release between the two found no schedule entry to wake,
+        # and the job slept until its cap with the limiter idle (red team rt3 #3).
+        cap = limiter_backoff(overrated)
+        self.record(res, "later", time.time() + cap, payload, task=_enqueued(task_id, msg))
+        ks, args = limiter.park_call(self.keys, payload, overrated, error.wait, cap=cap)
+        try:
+            wake = float(self.ends.run_script(limiter_park(), ks, args))
+        except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError) as e:
+            wake = time.time() + cap  # (it is in the schedule: it runs at its cap)
+            log.warning("over limit: %s; could not park it (%s): it runs at its latest time",
+                        error, e)
         log.info("over limit: %s; rescheduled (%d of %d), runs again in %.2fs at the latest",
                  error, overrated, limiter.reschedule, max(0.0, wake - time.time()))
-        self.record(res, "later", wake, payload, task=_enqueued(task_id, msg))
         error.rescheduled = True
         return True
 
@@ -160,6 +180,11 @@ class Guards:
 def limiter_park():
     from ..limiter import PARK  # (the limiter module is imported by job code anyway)
     return PARK
+
+
+def limiter_backoff(overrated: int) -> float:
+    from ..limiter import backoff
+    return backoff(overrated)
 
 
 def _fresh(msg: dict) -> dict:

@@ -315,7 +315,8 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
     elif written == WRITTEN:
         log.error("class=%s jid=%s %s -> %s", msg["class"], msg["jid"], exc, outcome.kind)
         if outcome.kind != "retry":
-            unique.release(r, keys, [msg])  # (a unique job that died: its lock goes, issue 21)
+            # (a unique job that died: its lock goes, issue 21)
+            unique.release(r, keys, [msg], current.queue)
     else:
         return 0, None, None  # recovered by another master meanwhile: it runs there
     (events.report if app is None else app.report)(

@@ -25,6 +25,7 @@ import contextvars
 import inspect
 import logging
 import time
+import traceback
 from typing import Callable, NamedTuple
 
 from .. import activejob, ops, tracking
@@ -203,7 +204,7 @@ class Runner:
                 server_middleware.invoke(job, msg, res.queue,
                                          lambda: job.perform(*run.args, **run.kwargs))
         except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
-            error = e
+            error = _given_back(e)
             if lane.number:  # a lane's failure may take a while to write: see run_async
                 lane.writer.ending()
         hook = self._ended(run, lane, error, time.monotonic() - start)
@@ -238,7 +239,7 @@ class Runner:
             await server_middleware.invoke_async(job, msg, res.queue,
                                                  lambda: job.perform(*run.args, **run.kwargs))
         except BaseException as e:  # noqa: BLE001 - as run()
-            error = e
+            error = _given_back(e)
             if expired and isinstance(e, asyncio.CancelledError):
                 if hasattr(task, "uncancel"):
                     task.uncancel()
@@ -360,9 +361,9 @@ class Runner:
                                       else 0.9 * known + 0.1 * elapsed)
 
     def _timeout(self, msg: dict, cls) -> float | None:
-        value = msg.get("timeout")
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return float(value)
+        value = codec.seconds_of(msg.get("timeout"))  # (1e12 or 10**400: at most ten years)
+        if value is not None:
+            return value
         if cls is not None:
             if cls not in self._class_timeouts:  # options are fixed once the class exists
                 value = cls.get_options().get("timeout")
@@ -370,6 +371,17 @@ class Runner:
             if self._class_timeouts[cls]:
                 return self._class_timeouts[cls]
         return self.config.job_timeout
+
+
+def _given_back(error: BaseException) -> BaseException:
+    """A job's error, and for a MemoryError the memory its frames hold given back first: the
+    job's locals (the hog's chunks) live as long as its traceback, and the failure path that
+    formats it (the log, the backtrace in the payload) then raised a second MemoryError that
+    killed the worker (the job ended as WorkerKilled). The frames keep their code and line
+    numbers, so the backtrace is whole; only their locals go (an error handler sees none)."""
+    if isinstance(error, MemoryError):
+        traceback.clear_frames(error.__traceback__)
+    return error
 
 
 def _name(msg: dict) -> str:

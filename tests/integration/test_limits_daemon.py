@@ -2,11 +2,15 @@
 and masters; OverLimit out of a job reschedules it (no failure, counted), woken when its limiter
 has room rather than after Sidekiq's minutes of backoff; past its reschedules it is a failure."""
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 import limitjobs as lj
+from conftest import ROOT
 from harness import counts, wait_for, zjobs
 from queued.keys import Keys
 
@@ -60,10 +64,15 @@ def test_overlimit_reschedules_without_a_failure_and_a_release_wakes_it(daemon, 
     # When it runs: OverLimit. It is rescheduled, not failed: in schedule, overrated 1, no
     # retry, no failure counted, its limiter's and the cluster's counts say so, and it is
     # parked on the limiter
-    (parked,) = wait_for(lambda: zjobs(r, "schedule"), 10, what="the over-limit job put off")
+    wait_for(lambda: r.zcard(K.limiter("never", "parked")) == 1, 10,
+             what="the over-limit job put off and parked")
+    (parked,) = zjobs(r, "schedule")
     ((member, at),) = r.zrange("schedule", 0, -1, withscores=True)
     assert parked["jid"] == wanting and parked["overrated"] == 1
-    assert 301 <= at - time.time() <= 601  # its latest time: 300 * 1 + rand(300) + 1 s
+    # its latest time: when the holder's lease ends (lock_timeout 60 s, a crashed holder's
+    # unit comes back then), before Sidekiq's backoff (300 * 1 + rand(300) + 1 s)
+    lease_end = r.zrange(K.limiter("never", "leases"), 0, 0, withscores=True)[0][1]
+    assert lease_end + 0.01 <= at <= lease_end + 0.01 + 0.05
     assert r.zrange(K.limiter("never", "parked"), 0, -1) == [member]
     assert (r.zcard("retry"), r.zcard("dead")) == (0, 0)
     assert int(r.get(K.counter("overlimit"))) == 1
@@ -78,6 +87,35 @@ def test_overlimit_reschedules_without_a_failure_and_a_release_wakes_it(daemon, 
     assert counts(r, lj.RUNS)[wanting] == 2
     assert r.zcard(K.limiter("never", "parked")) == 0
     assert int(r.get("stat:failed") or 0) == 0
+    assert d.stop() == 0
+
+
+def test_a_holder_killed_with_its_unit_wakes_a_parked_job_once_its_lease_ends(
+        daemon, producer, r, redis_url):
+    # Given a process that took the one unit of a limiter (lock_timeout 2 s) and was killed
+    # with it (kill -9: it never gives it back), and no other traffic on the limiter
+    d = daemon(concurrency=1, require=REQUIRE)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import limitjobs, time; limitjobs.BRIEF.acquire(); "
+                               "print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, env={**os.environ, "REDIS_URL": redis_url,
+                                     "PYTHONPATH": os.pathsep.join((here, ROOT))})
+    assert holder.stdout.readline() == b"held\n"
+    holder.kill()
+    holder.wait(10)
+    killed = time.monotonic()
+    # When a job wants the unit without waiting: OverLimit, rescheduled and parked
+    wanting = lj.WantsBrief.perform_async("b1")
+    wait_for(lambda: r.zcard(K.limiter("brief", "parked")) == 1, 10, what="the job parked")
+    # Then it runs once the dead holder's lease ends (its own run takes the unit back), not
+    # after its backoff of 301 s or more: nothing else touches the limiter meanwhile
+    wait_for(lambda: counts(r, lj.DONE).get(wanting) == 1, 15, what="the parked job to run")
+    assert time.monotonic() - killed < 10
+    assert counts(r, lj.RUNS)[wanting] == 2
+    assert r.lrange("t:granted", 0, -1) == [b"b1"]
+    assert int(r.hget(K.limiter("brief"), "reclaimed")) == 1
+    assert (r.zcard("schedule"), r.zcard("retry"), r.zcard("dead")) == (0, 0, 0)
     assert d.stop() == 0
 
 

@@ -9,7 +9,7 @@ import time
 import limitjobs as lj
 import queued
 from harness import counts, wait_for, zjobs
-from queued import unique
+from queued import payload, unique
 from queued.keys import Keys
 
 REQUIRE = ("limitjobs.py",)
@@ -168,5 +168,59 @@ def test_a_foreign_producers_duplicates_never_run_at_the_same_time(daemon, produ
     assert r.lrange(lj.EVENTS, 0, -1) == [f"{e} {j}".encode() for j in (a, b)
                                           for e in ("enter", "exit")]
     wait_for(lambda: lock_of(r, "Unique", ["php", "g2"])[1] is None, 5,
+             what="each to release its lock at its success")
+    assert d.stop() == 0
+
+
+def test_a_copy_without_a_queue_key_shares_the_lock_of_its_twin(daemon, producer, r):
+    # Given a unique job pushed by queued's client (its lock taken at the push, digest of
+    # [class, "default", args]), and a foreign copy of it without a "queue" key in the same
+    # queue (a hand-written push: Sidekiq's server runs it in the queue it was taken from)
+    twin = lj.Unique.perform_async("noqueue", "g5")
+    producer.push_raw("default", json.dumps({"class": "Unique", "args": ["noqueue", "g5"],
+                                             "unique_for": 60, "jid": "d" * 24}))
+    # When both are taken by two workers
+    d = daemon(concurrency=2, require=REQUIRE)
+    wait_for(lambda: counts(r, lj.RUNS).get(twin) == 1, 10, what="the twin to start")
+    # Then the copy finds the twin's lock (its digest from the queue it was taken from:
+    # before, [class, null, args] named another lock and both ran at once) and is put off
+    (put_off,) = wait_for(lambda: zjobs(r, "schedule"), 10, what="the copy put off")
+    assert put_off["jid"] == "d" * 24 and "d" * 24 not in counts(r, lj.RUNS)
+    assert put_off["unique_digest"] == unique.digest({"class": "Unique", "queue": "default",
+                                                      "args": ["noqueue", "g5"]})
+    # And it runs once the twin is done, after it
+    r.set(lj.GATE + "g5", 1)
+    wait_for(lambda: counts(r, lj.DONE) == {twin: 1, "d" * 24: 1}, 20,
+             what="the copy to run after the twin")
+    assert [json.loads(m)["jid"] for m in r.lrange(lj.MSGS, 0, -1)] == [twin, "d" * 24]
+    wait_for(lambda: lock_of(r, "Unique", ["noqueue", "g5"])[1] is None, 5,
+             what="each to release its lock at its success")
+    assert d.stop() == 0
+
+
+def test_two_identical_copies_without_a_jid_never_run_at_the_same_time(daemon, producer, r):
+    # Given the same bytes pushed twice by a producer that writes no jid: each is run under a
+    # jid made from its bytes, the same for both
+    raw = json.dumps({"class": "Unique", "args": ["nojid", "g6"], "queue": "default",
+                      "unique_for": 60})
+    producer.push_raw("default", raw)
+    producer.push_raw("default", raw)
+    derived = payload.derived_jid(raw.encode())
+    # When two workers take them
+    d = daemon(concurrency=2, require=REQUIRE)
+    wait_for(lambda: counts(r, lj.RUNS).get(derived), 10, what="the first to start")
+    # Then the second did not start beside it (before, each took the lock as its own: both
+    # ran at once): the lock names the run that holds it, and the copy is put off under a
+    # jid of its own
+    (put_off,) = wait_for(lambda: zjobs(r, "schedule"), 10, what="the copy put off")
+    assert put_off["jid"] != derived and counts(r, lj.RUNS) == {derived: 1}
+    assert lock_of(r, "Unique", ["nojid", "g6"])[1].startswith(derived + ":")
+    # And once the first is done the copy runs, after it; every lock is given up
+    r.set(lj.GATE + "g6", 1)
+    wait_for(lambda: counts(r, lj.DONE) == {derived: 1, put_off["jid"]: 1}, 20,
+             what="the copy to run after the first")
+    assert [json.loads(m)["jid"] for m in r.lrange(lj.MSGS, 0, -1)] == [derived,
+                                                                        put_off["jid"]]
+    wait_for(lambda: lock_of(r, "Unique", ["nojid", "g6"])[1] is None, 5,
              what="each to release its lock at its success")
     assert d.stop() == 0

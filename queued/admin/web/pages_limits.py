@@ -6,7 +6,12 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.routing import Route
 
-from .render import act, pager, render, web_of
+from ..limits import is_seconds
+from .filters import visible
+from .render import act, form_text, pager, render, templates, web_of
+
+# ``is seconds``: a definition's span the duration filter can show (admin/limits.py)
+templates.env.tests["seconds"] = is_seconds
 
 #: Locks read for one page view (they are found with SCAN: there is no index of them).
 LOCKS_SHOWN = 500
@@ -30,13 +35,13 @@ def locks(request: Request):
 
 async def locks_action(request: Request):
     def work(web, form) -> str:
-        digest = form.get("digest", "")
+        digest = form_text(form, "digest")  # (a name that is not UTF-8 comes as digest~)
         if form.get("action") == "release_all":
             return f"gave up {web.admin.locks.release_all()} locks"
         if form.get("action") == "release" and digest:
             if web.admin.locks.release(digest):
-                return f"gave up the lock {digest}"
-            return f"no lock {digest} (expired, or released already)"
+                return f"gave up the lock {visible(digest)}"
+            return f"no lock {visible(digest)} (expired, or released already)"
         return "nothing done"
     return await act(request, work, "locks")
 

@@ -89,10 +89,11 @@ class ClusterCollector:
                                     "wait_timeout."),
                                    ("rescheduled", "Jobs rescheduled after OverLimit."))}
         for info in self.admin.limits.all():
-            gauges["size"].add_metric([info.name, info.kind], info.size)
-            gauges["in_use"].add_metric([info.name, info.kind], info.in_use)
+            label = visible(info.name)  # (a name that is not UTF-8: its bytes as \xff)
+            gauges["size"].add_metric([label, info.kind], info.size)
+            gauges["in_use"].add_metric([label, info.kind], info.in_use)
             for k, family in counters.items():
-                family.add_metric([info.name], info.counts.get(k, 0))
+                family.add_metric([label], info.counts.get(k, 0))
         yield from gauges.values()
         yield from counters.values()
 
