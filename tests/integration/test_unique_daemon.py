@@ -120,9 +120,11 @@ def test_a_job_waiting_to_retry_keeps_its_lock_and_its_death_releases_it(
 
 
 def test_unique_until_start_lets_a_copy_in_once_the_job_has_started(daemon, producer, r):
-    d = daemon(concurrency=1, require=REQUIRE)
+    # Both pushes come before the daemon starts, so the first is surely still pending (no
+    # worker can have started it between them, however loaded the machine)
     first = lj.UniqueUntilStart.perform_async("s", "s1")
     assert lj.UniqueUntilStart.perform_async("s", "s1") is None  # pending: a duplicate
+    d = daemon(concurrency=1, require=REQUIRE)
     wait_for(lambda: counts(r, lj.RUNS).get(first) == 1, 10, what="the job to start")
     # It started: its lock went then, so a copy may be pushed while it runs
     assert lock_of(r, "UniqueUntilStart", ["s", "s1"])[1] is None
