@@ -14,6 +14,7 @@ SEEN = "t:seen"          # hash jid -> "<thread name>|<jid the job's context say
 SPIN = "t:spin"          # list of jids whose Python loop got its JobTimeout
 CLEANUP = "t:cleanup"    # list of jids whose async job ran its cleanup after cancellation
 STARTS = "t:starts"      # list of "<jid> <monotonic start>" (async jobs)
+LOOPS = "t:loops"        # hash jid -> "<pid>|<thread name>|<id of the running loop>" (AsyncNap)
 log = logging.getLogger("app.threaded")
 
 
@@ -106,6 +107,8 @@ class AsyncNap(queued.Job):
         r = queued.get_async_redis()
         await r.hincrby(RUNS, self.jid, 1)
         await r.rpush(STARTS, f"{self.jid} {time.monotonic()!r}")
+        await r.hset(LOOPS, self.jid, f"{os.getpid()}|{threading.current_thread().name}|"
+                                      f"{id(asyncio.get_running_loop())}")
         await asyncio.sleep(seconds)
         await r.hincrby(DONE, self.jid, 1)
 

@@ -36,6 +36,15 @@ def test_async_jobs_run_exactly_once_on_the_loop(daemon, producer, r, threads):
     assert sorted(int(x) for x in r.lrange("t:fn", 0, -1)) == list(range(20))
     wait_for(lambda: int(r.get("stat:processed") or 0) == 220, 10, what="the stats")
     assert int(r.get("stat:failed") or 0) == 0 and len(fn) == 20
+    # And on the loop of their process: the worker's own in its main thread when it runs one
+    # job at a time, else the pool's queued-loop thread; one loop per process for all its jobs
+    where = [v.decode().split("|") for v in r.hgetall(threadjobs.LOOPS).values()]
+    assert len(where) == 200
+    assert {name for _, name, _ in where} == {"MainThread" if threads == 1 else "queued-loop"}
+    loops = {}
+    for pid, _, loop in where:
+        loops.setdefault(pid, set()).add(loop)
+    assert all(len(ids) == 1 for ids in loops.values()), loops
     assert d.stop() == 0
 
 
