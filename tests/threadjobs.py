@@ -121,6 +121,7 @@ class AsyncStuck(queued.Job):
     async def perform(self, seconds=60):
         r = queued.get_async_redis()
         await r.hincrby(RUNS, self.jid, 1)
+        await r.rpush(STARTS, f"{self.jid} {time.monotonic()!r}")
         try:
             await asyncio.sleep(seconds)
         finally:
