@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -615,8 +616,11 @@ def test_task_page_with_failures_callbacks_and_actions(page, daemon, producer, r
     assert page.inner_text("#task-line .task-state") == "complete, 2 failed, 2 errors"
     assert page.inner_text("#task-info td.completed").startswith(
         time.strftime("%Y-%m-%d", time.gmtime()))
-    assert "pushed" in page.inner_text("#task-info tr[data-kind=on_complete]")
-    assert "not pushed" in page.inner_text("#task-info tr[data-kind=on_success]")
+    # (each callback's row ends in what became of it: "pushed <when>", or why not)
+    complete = page.inner_text("#task-info tr[data-kind=on_complete] td")
+    assert re.search(r": pushed \d{4}-\d\d-\d\d", complete), complete
+    success = page.inner_text("#task-info tr[data-kind=on_success] td")
+    assert ": not pushed: the task completed with failures" in success, success
     assert "price below cost" in page.inner_text("#records")
     shot(page, "task-failures")
     # Its finished jobs' messages
