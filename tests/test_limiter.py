@@ -94,16 +94,24 @@ def test_a_leaky_bucket_takes_a_burst_then_drains_at_its_rate(default_client, r)
 
 
 def test_a_rate_limiter_waits_until_it_has_room_within_wait_timeout(default_client, r):
-    # Given a window of 1 per 0.3 s that may wait 1 s: the second take sleeps until the first
-    # grant leaves the window, once, and is counted as a wait
+    # Given a window of 1 per 0.3 s that may wait 1 s, on an injected clock that its sleeps
+    # move (however slowly the machine runs the takes)
     window = queued.Limiter.window("w-wait", 1, 0.3, wait_timeout=1)
+    window.clock = clock = Clock(1_000_000.0)
     slept = []
-    window._sleep = lambda s: (slept.append(s), time.sleep(s))
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock.t += seconds
+    window._sleep = sleep
+    # When it is taken twice at the same instant
     with window:
         pass
     with window:
         pass
-    assert len(slept) == 1 and 0 < slept[0] <= 0.3
+    # Then the second take slept once, until the first grant left the window (to the
+    # millisecond: the wait is rounded up), and is counted as a wait
+    assert len(slept) == 1 and 0.3 <= slept[0] <= 0.301
     stats = r.hgetall(K.limiter("w-wait"))
     assert (stats[b"held"], stats[b"waited"]) == (b"1", b"1")
     assert b"overlimit" not in stats
