@@ -187,11 +187,12 @@ def test_a_waiter_gets_a_released_unit_without_polling(default_client, r, redis_
         limiter.acquire()
         thread = threading.Thread(target=waiter)
         thread.start()
-        # ... which blocks in BLPOP on the wake list
+        # ... which blocks in BLPOP on the wake list, for BLOCK_MAX (5 s): unless woken it
+        # does not look again before then, so a short poll cannot hide in this test's time
         from harness import wait_for
-        wait_for(lambda: any("BLPOP" in cmd for _, cmd in monitor.commands()), 5,
-                 what="the waiter to block")
-        time.sleep(0.3)  # (long enough for a poller to show itself)
+        (blpop,) = wait_for(lambda: [cmd for _, cmd in monitor.commands() if "BLPOP" in cmd],
+                            5, what="the waiter to block")
+        assert float(blpop.split()[-1]) == lim.BLOCK_MAX
         assert not got.is_set()
         # When the unit is released, the waiter has it
         limiter.release()
