@@ -48,13 +48,15 @@ def _wait_gate(tag, seconds=60):
 
 class Unique(queued.Job):
     """Unique for a minute; waits on a gate when given one (so a copy is pending or running
-    for exactly as long as a test needs)."""
+    for exactly as long as a test needs); its start and end go to EVENTS ("enter/exit jid")."""
     queued_options = {"unique_for": 60, "retry": 1}
 
     def perform(self, tag, gate=None):
         _start(self)
+        _r().rpush(EVENTS, f"enter {self.jid}")
         if gate:
             _wait_gate(gate)
+        _r().rpush(EVENTS, f"exit {self.jid}")
         _finish(self)
 
 
@@ -170,8 +172,9 @@ class Expiring(queued.Job):
         return 5
 
     def perform(self, fail=False):
+        """``fail``: True fails every run; "once" only the first."""
         _start(self)
-        if fail:
+        if fail is True or (fail == "once" and int(_r().hget(RUNS, self.jid)) == 1):
             raise RuntimeError("fails, to be retried after its deadline")
         _finish(self)
 

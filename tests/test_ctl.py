@@ -463,11 +463,12 @@ def test_where_redis_comes_from(r, redis_url, tmp_path):
     assert ctl_json("stats", cwd=str(tmp_path))["processed"] == 5
 
 
-def test_queuedctl_and_the_daemon_pick_redis_by_the_same_function(tmp_path, monkeypatch):
-    # Every combination of flag, environment and file gives both the same URL and namespace
-    import argparse
+def test_queuedctl_and_the_daemon_given_the_same_options_pick_the_same_redis(tmp_path, monkeypatch):
+    # Every combination of flag, environment and file gives both the same URL and namespace,
+    # each read from its own command line by its own parser (queued -C F --redis-url U as
+    # cli.py parses it; queuedctl -C F --redis U stats)
     from queued import config
-    from queued.admin.ctl import redis_target
+    from queued.admin import ctl
     monkeypatch.chdir(tmp_path)
     files = {"none": None, "url": "redis_url: redis://file:6379/1\nnamespace: f\n",
              "bare": "namespace: b\n", "redis": "redis: {url: 'redis://map:6379/2'}\n"}
@@ -478,10 +479,11 @@ def test_queuedctl_and_the_daemon_pick_redis_by_the_same_function(tmp_path, monk
             path.write_text(text)
         for flag in (None, "redis://flag:6379/3"):
             for env in ({}, {"REDIS_URL": "redis://env:6379/4"}):
-                daemon_cfg = config.from_args(argparse.Namespace(
-                    config_file=str(path) if path else None, redis_url=flag), env)
-                ctl_target = redis_target(argparse.Namespace(
-                    config=str(path) if path else None, redis=flag), env)
+                given = ["-C", str(path)] if path else []
+                daemon_cfg = config.load(given + (["--redis-url", flag] if flag else []),
+                                         environ=env)
+                ctl_target = ctl.redis_target(ctl.build_parser().parse_args(
+                    given + (["--redis", flag] if flag else []) + ["stats"]), env)
                 assert (ctl_target.url, ctl_target.namespace) == (
                     daemon_cfg.redis_url, daemon_cfg.namespace), (label, flag, env)
 

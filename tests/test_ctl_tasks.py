@@ -298,7 +298,7 @@ def test_the_cli_and_the_dashboard_show_the_same_numbers(producer, r, redis_url)
     from starlette.testclient import TestClient
     from queued.admin.web import create_app
     # Given a task of 200 jobs: 195 finished, 1 failed, 2 errors waiting for a retry, 1
-    # final error, 1 still enqueued (99.5 % final: 99 %, never a rounded-up 100 %)
+    # final error, 1 still enqueued (197 of 200 final, 98.5 %: shown as 98 %, rounded down)
     task = Task("two hundred")
     with task:
         jids = Signup.perform_bulk([[i] for i in range(200)])

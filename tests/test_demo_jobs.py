@@ -77,8 +77,9 @@ def test_the_promotion_task_refuses_the_cheap_products_and_reports_once(demo, qu
             for other in (demo.Flaky, demo.FetchQuote, demo.SlowQuote):
                 other.clear()  # (the other demo jobs are tested on their own)
     assert refused == ["SKU-000: price 2.00 is below cost", "SKU-001: price 3.70 is below cost"]
-    assert "complete: 28 registered, 2 refused, 0 errors" in caplog.text
-    task_id = next(r.args[0] for r in caplog.records if "complete:" in r.getMessage())
+    (report,) = [r for r in caplog.records if "complete:" in r.getMessage()]  # once
+    assert report.getMessage().endswith("complete: 28 registered, 2 refused, 0 errors")
+    task_id = report.args[0]
     task = queued.Task.find(task_id)
     assert task.progress()["complete"] and not task.progress()["success"]
     (cheapest,) = [j for j in task.jobs("failed") if j["args"][0] == "SKU-000"]

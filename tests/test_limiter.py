@@ -94,16 +94,24 @@ def test_a_leaky_bucket_takes_a_burst_then_drains_at_its_rate(default_client, r)
 
 
 def test_a_rate_limiter_waits_until_it_has_room_within_wait_timeout(default_client, r):
-    # Given a window of 1 per 0.3 s that may wait 1 s: the second take sleeps until the first
-    # grant leaves the window, once, and is counted as a wait
+    # Given a window of 1 per 0.3 s that may wait 1 s, on an injected clock that its sleeps
+    # move (however slowly the machine runs the takes)
     window = queued.Limiter.window("w-wait", 1, 0.3, wait_timeout=1)
+    window.clock = clock = Clock(1_000_000.0)
     slept = []
-    window._sleep = lambda s: (slept.append(s), time.sleep(s))
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock.t += seconds
+    window._sleep = sleep
+    # When it is taken twice at the same instant
     with window:
         pass
     with window:
         pass
-    assert len(slept) == 1 and 0 < slept[0] <= 0.3
+    # Then the second take slept once, until the first grant left the window (to the
+    # millisecond: the wait is rounded up), and is counted as a wait
+    assert len(slept) == 1 and 0.3 <= slept[0] <= 0.301
     stats = r.hgetall(K.limiter("w-wait"))
     assert (stats[b"held"], stats[b"waited"]) == (b"1", b"1")
     assert b"overlimit" not in stats
@@ -179,11 +187,12 @@ def test_a_waiter_gets_a_released_unit_without_polling(default_client, r, redis_
         limiter.acquire()
         thread = threading.Thread(target=waiter)
         thread.start()
-        # ... which blocks in BLPOP on the wake list
+        # ... which blocks in BLPOP on the wake list, for BLOCK_MAX (5 s): unless woken it
+        # does not look again before then, so a short poll cannot hide in this test's time
         from harness import wait_for
-        wait_for(lambda: any("BLPOP" in cmd for _, cmd in monitor.commands()), 5,
-                 what="the waiter to block")
-        time.sleep(0.3)  # (long enough for a poller to show itself)
+        (blpop,) = wait_for(lambda: [cmd for _, cmd in monitor.commands() if "BLPOP" in cmd],
+                            5, what="the waiter to block")
+        assert float(blpop.split()[-1]) == lim.BLOCK_MAX
         assert not got.is_set()
         # When the unit is released, the waiter has it
         limiter.release()

@@ -1,7 +1,8 @@
 """The end of a job of a task, sent ahead like an ack (fetch.Fetcher.finish_ahead: its ack and
 its state in the task in one script call, the reply read with the next call), when the reply
-never comes (its connection killed after Redis ran it) or Redis refuses it (NOREPLICAS): it is
-run again, it is written once, and the task completes once, with one callback."""
+never comes (its connection killed after Redis ran it, or before) or Redis refuses it
+(NOREPLICAS): it is run again, it is written once, and the task completes once, with one
+callback."""
 from __future__ import annotations
 
 import json
@@ -43,7 +44,7 @@ def callbacks(r) -> list[dict]:
     return [json.loads(m) for m in r.lrange("queue:ended", 0, -1)]
 
 
-def test_an_end_whose_connection_is_killed_after_redis_ran_it_is_run_again_once(
+def test_an_end_whose_connection_is_killed_after_redis_ran_it_is_written_once(
         producer, r, make_fetcher):
     # Given a worker that ran the last job of a task and sent its end ahead
     task, jid = task_of_one(producer)
@@ -56,6 +57,34 @@ def test_an_end_whose_connection_is_killed_after_redis_ran_it_is_run_again_once(
     assert r.client_kill_filter(_id=f.client_id) == 1
     # Then the next call finds the connection gone, and the one after runs the end again
     # (the reply was lost: it cannot know it ran), which changes nothing the second time
+    with pytest.raises(redis.ConnectionError):
+        f.reserve(1)
+    assert f.reserve(1) == []
+    assert task.progress()["finished"] == 1 and task.progress()["complete"] is True
+    assert len(callbacks(r)) == 1 and r.zcard(RESERVED) == 0
+
+
+def test_an_end_whose_connection_is_killed_before_redis_ran_it_is_run_again_once(
+        producer, r, make_fetcher):
+    # Given a worker that ran the last job of a task and sent its end ahead while Redis held
+    # every write back (CLIENT PAUSE WRITE: a script call waits, unread)
+    task, jid = task_of_one(producer)
+    f = make_fetcher()
+    (res,) = f.reserve(1)
+    r.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+    try:
+        f.finish_ahead(res, Move(task.id, jid, "finished"))
+        from harness import wait_for
+        wait_for(lambda: any(c["id"] == str(f.client_id) and c["cmd"] in ("eval", "evalsha")
+                             for c in r.client_list()), 5, what="the end to wait in Redis")
+        # When its connection is killed before Redis ran it
+        assert r.client_kill_filter(_id=f.client_id) == 1
+    finally:
+        r.execute_command("CLIENT", "UNPAUSE")
+    assert task.progress()["complete"] is False and r.zcard(RESERVED) == 1
+    assert callbacks(r) == []
+    # Then the next call finds the connection gone, and the one after runs the end: the task
+    # completes, with one callback, and the job's reservation is gone
     with pytest.raises(redis.ConnectionError):
         f.reserve(1)
     assert f.reserve(1) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -229,7 +230,7 @@ def test_bulk_delete_of_a_filtered_selection_deletes_exactly_the_matches(page, r
     page.check("#jobs tbody tr[data-jid=j12] input[type=checkbox]")
     page.check("#jobs tbody tr[data-jid=j25] input[type=checkbox]")
     page.click("#selected button[value=delete]")
-    page.wait_for_selector("p.flash")
+    page.wait_for_selector("p.flash:has-text('deleted 2 jobs')")
     # Then the question counted them, and exactly those two are gone
     assert page.dialogs[-1] == "Delete 2 selected jobs?"
     left = {json.loads(m)["jid"] for m in r.zrange("dead", 0, -1)}
@@ -469,7 +470,8 @@ def test_cron_page_lists_pushes_disables_and_enables(page, daemon, r):
     # When Enqueue now is pressed on the disabled one, one run is pushed all the same
     before = r.llen("queue:ticks")
     page.click(f"{minute} button[value=enqueue]")
-    page.wait_for_selector("p.flash")
+    # (the page still says it was disabled until the browser is sent back)
+    page.wait_for_selector("p.flash:has-text('pushed Tick jid=')")
     assert page.inner_text("p.flash").startswith("pushed Tick jid=")
     assert r.llen("queue:ticks") == before + 1
     shot(page, "cron-disabled")
@@ -497,7 +499,7 @@ def test_queue_page_deletes_one_job_and_moves_ticked_ones_to_the_front(page, r):
     page.check("#jobs tr[data-jid=q10] input[type=checkbox]")
     page.check("#jobs tr[data-jid=q12] input[type=checkbox]")
     page.click("#selected button[value=run_next]")
-    page.wait_for_selector("p.flash")
+    page.wait_for_selector("p.flash:has-text('moved 2 jobs')")  # (not the delete's message)
     # Then the question counted them, and they run next, in their order
     assert page.dialogs[-1] == "Move 2 selected jobs to the front of default?"
     assert page.inner_text("p.flash") == "moved 2 jobs to the front"
@@ -622,8 +624,11 @@ def test_task_page_with_failures_callbacks_and_actions(page, daemon, producer, r
     assert page.inner_text("#task-line .task-state") == "complete, 2 failed, 2 errors"
     assert page.inner_text("#task-info td.completed").startswith(
         time.strftime("%Y-%m-%d", time.gmtime()))
-    assert "pushed" in page.inner_text("#task-info tr[data-kind=on_complete]")
-    assert "not pushed" in page.inner_text("#task-info tr[data-kind=on_success]")
+    # (each callback's row ends in what became of it: "pushed <when>", or why not)
+    complete = page.inner_text("#task-info tr[data-kind=on_complete] td")
+    assert re.search(r": pushed \d{4}-\d\d-\d\d", complete), complete
+    success = page.inner_text("#task-info tr[data-kind=on_success] td")
+    assert ": not pushed: the task completed with failures" in success, success
     assert "price below cost" in page.inner_text("#records")
     shot(page, "task-failures")
     # Its finished jobs' messages
@@ -647,7 +652,7 @@ def test_task_page_with_failures_callbacks_and_actions(page, daemon, producer, r
              what="the retried jobs to run again")
     # When it is deleted, the browser is back on the list, without it
     page.click("#task-delete button[value=delete]")
-    page.wait_for_selector("p.flash")
+    page.wait_for_selector(f"p.flash:has-text('deleted task {task.id}')")
     assert page.dialogs[-1] == (f"Delete task {task.id} and the records of its 7 jobs? Its "
                                 "jobs still waiting run outside any task; no callback is pushed.")
     assert page.url.endswith("/tasks")

@@ -129,18 +129,26 @@ def test_a_message_in_a_link_or_a_forged_cookie_shows_nothing(client, r):
     for query in ({"msg": lure}, {"flash": lure}, {"message": lure}):
         page = client.get("/queues", params=query)
         assert flash_of(page.text) is None and lure not in page.text
-    # A cookie of the right name, unsigned, signed with another secret, or another browser's
+    # A cookie of the right name, unsigned, signed with another secret, or another browser's,
+    # sent as it is (a Cookie header of this browser's CSRF cookie and the forged one)
     client.get("/queues")  # (this browser's CSRF cookie)
     own = client.cookies.get("queued_csrf")
-    forged = [lure, itsdangerous.URLSafeTimedSerializer("other", salt="queued-web-flash").dumps(
-              {"m": lure, "b": own}),
-              itsdangerous.URLSafeTimedSerializer("s3cret", salt="queued-web-flash").dumps(
-              {"m": lure, "b": "another browser's token"})]
-    for value in forged:
-        client.cookies.set(flash.COOKIE, value, domain="localhost", path="/")
-        page = client.get("/queues")
-        assert flash_of(page.text) is None and lure not in page.text
-        client.cookies.delete(flash.COOKIE)
+
+    def sign(secret, doc):
+        return itsdangerous.URLSafeTimedSerializer(secret, salt="queued-web-flash").dumps(doc)
+
+    def shown(value):
+        page = client.get("/queues", headers={"cookie": f"queued_csrf={own}; "
+                                                        f"{flash.COOKIE}={value}"})
+        assert page.status_code == 200
+        return flash_of(page.text), page
+    for value in (lure, sign("other", {"m": lure, "b": own}),
+                  sign("s3cret", {"m": lure, "b": "another browser's token"})):
+        said, page = shown(value)
+        assert said is None and lure not in page.text
+    # while one signed with the app's secret for this browser is shown (so the forged ones
+    # did reach the server)
+    assert shown(sign("s3cret", {"m": lure, "b": own}))[0] == lure
     # What the server itself says after an action is shown once
     done = client.post("/queues/default", data={"csrf_token": token_of(page.text),
                                                 "action": "pause"})
@@ -153,9 +161,23 @@ def test_a_message_too_old_is_not_shown(client, r, monkeypatch):
     page = client.get("/queues")
     done = client.post("/queues/default", data={"csrf_token": token_of(page.text),
                                                 "action": "pause"}, follow_redirects=False)
-    later = time.time() + flash.MAX_AGE + 5
-    monkeypatch.setattr(time, "time", lambda: later)
-    assert flash_of(client.get(done.headers["location"]).text) is None
+    # The message's cookie, as the server set it, is sent by hand: the client's jar would drop
+    # it itself once its max-age is past, and the server's own check would go unseen
+    value = done.cookies[flash.COOKIE]
+    own = client.cookies.get("queued_csrf")
+    client.cookies.delete(flash.COOKIE)
+
+    def shown():
+        page = client.get(done.headers["location"],
+                          headers={"cookie": f"queued_csrf={own}; {flash.COOKIE}={value}"})
+        return flash_of(page.text)
+    # A moment before its age is up it is shown (what the test sends reaches the server) ...
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now + flash.MAX_AGE - 5)
+    assert shown() == "paused default"
+    # ... and once its age is up it is not
+    monkeypatch.setattr(time, "time", lambda: now + flash.MAX_AGE + 5)
+    assert shown() is None
 
 
 # --- 2. Cron ---------------------------------------------------------------------------------

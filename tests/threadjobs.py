@@ -14,6 +14,7 @@ SEEN = "t:seen"          # hash jid -> "<thread name>|<jid the job's context say
 SPIN = "t:spin"          # list of jids whose Python loop got its JobTimeout
 CLEANUP = "t:cleanup"    # list of jids whose async job ran its cleanup after cancellation
 STARTS = "t:starts"      # list of "<jid> <monotonic start>" (async jobs)
+LOOPS = "t:loops"        # hash jid -> "<pid>|<thread name>|<id of the running loop>" (AsyncNap)
 log = logging.getLogger("app.threaded")
 
 
@@ -67,9 +68,10 @@ class NotThreadSafe(queued.Job):
     def perform(self, seconds=0.2):
         _start(self)
         r = _r()
-        running = int(r.get("t:running") or 0)  # others running in this process now
-        r.hset(SEEN, self.jid, f"{threading.current_thread().name}|{running}")
+        before = int(r.get("t:running") or 0)  # others running in this process now
         time.sleep(seconds)
+        after = int(r.get("t:running") or 0)  # and at its end (none started meanwhile)
+        r.hset(SEEN, self.jid, f"{threading.current_thread().name}|{before}|{after}")
         _finish(self)
 
 
@@ -105,6 +107,8 @@ class AsyncNap(queued.Job):
         r = queued.get_async_redis()
         await r.hincrby(RUNS, self.jid, 1)
         await r.rpush(STARTS, f"{self.jid} {time.monotonic()!r}")
+        await r.hset(LOOPS, self.jid, f"{os.getpid()}|{threading.current_thread().name}|"
+                                      f"{id(asyncio.get_running_loop())}")
         await asyncio.sleep(seconds)
         await r.hincrby(DONE, self.jid, 1)
 
@@ -117,6 +121,7 @@ class AsyncStuck(queued.Job):
     async def perform(self, seconds=60):
         r = queued.get_async_redis()
         await r.hincrby(RUNS, self.jid, 1)
+        await r.rpush(STARTS, f"{self.jid} {time.monotonic()!r}")
         try:
             await asyncio.sleep(seconds)
         finally:
@@ -170,3 +175,41 @@ class Where(queued.Job):
 def _thread_started():
     """Each thread that runs jobs says so once, before its first job."""
     _r().rpush("t:thread_start", f"{os.getpid()} {threading.current_thread().name}")
+
+
+class AsyncReleases(queued.Job):
+    """jobs.Releases's async twin: releases itself on its first ``times`` runs."""
+    queued_options = {"retry": 3}
+
+    async def perform(self, delay=0, times=1):
+        r = queued.get_async_redis()
+        if await r.hincrby(RUNS, self.jid, 1) <= times:
+            self.release(delay)
+        await r.hincrby(DONE, self.jid, 1)
+
+
+class AsyncBuries(queued.Job):
+    """jobs.Buries's async twin: buries itself; an ``except Exception`` cannot catch it."""
+
+    async def perform(self, reason="not today"):
+        r = queued.get_async_redis()
+        await r.hincrby(RUNS, self.jid, 1)
+        try:
+            self.bury(reason)
+        except Exception:  # noqa: BLE001 - bury must not be caught by this
+            await r.rpush("t:caught", self.jid)
+        await r.hincrby(DONE, self.jid, 1)
+
+
+class AsyncTouches(queued.Job):
+    """jobs.Touches's async twin: awaits ``seconds``, touching its lease every ``every``
+    seconds (into t:touched:async)."""
+
+    async def perform(self, seconds, every):
+        r = queued.get_async_redis()
+        await r.hincrby(RUNS, self.jid, 1)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            await asyncio.sleep(min(every, max(0.0, end - time.monotonic())))
+            await r.rpush("t:touched:async", "1" if self.touch() else "0")
+        await r.hincrby(DONE, self.jid, 1)

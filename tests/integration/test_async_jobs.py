@@ -1,7 +1,6 @@
 """``async def perform`` jobs, as tasks on their worker's one event loop, in real daemons: each
 exactly once, each with its time limit (a cancellation), mixed with sync jobs within
 ``threads``, a loop blocked by one job named and that job alone charged (issue 17)."""
-import time
 
 import jobs
 import pytest
@@ -36,6 +35,15 @@ def test_async_jobs_run_exactly_once_on_the_loop(daemon, producer, r, threads):
     assert sorted(int(x) for x in r.lrange("t:fn", 0, -1)) == list(range(20))
     wait_for(lambda: int(r.get("stat:processed") or 0) == 220, 10, what="the stats")
     assert int(r.get("stat:failed") or 0) == 0 and len(fn) == 20
+    # And on the loop of their process: the worker's own in its main thread when it runs one
+    # job at a time, else the pool's queued-loop thread; one loop per process for all its jobs
+    where = [v.decode().split("|") for v in r.hgetall(threadjobs.LOOPS).values()]
+    assert len(where) == 200
+    assert {name for _, name, _ in where} == {"MainThread" if threads == 1 else "queued-loop"}
+    loops = {}
+    for pid, _, loop in where:
+        loops.setdefault(pid, set()).add(loop)
+    assert all(len(ids) == 1 for ids in loops.values()), loops
     assert d.stop() == 0
 
 
@@ -61,16 +69,17 @@ def test_1000_sleeping_async_jobs_in_one_process_each_with_its_timeout(daemon, p
     # Given one process that runs 1,000 jobs at once
     d = daemon(concurrency=1, threads=1000, require=JOBS)
     (worker,) = d.worker_pids()
-    # When 1,000 async jobs that would sleep 120 s, with a 6 s limit each, are pushed
-    t0 = time.monotonic()
-    jids = AsyncStuck.set(timeout=6).perform_bulk([[120]] * 1000)
-    # Then all 1,000 are in flight at once, in that one process, before any limit passed
-    wait_for(lambda: len(runs(r)) == 1000, 30, what="1,000 in flight")
-    assert r.zcard("dead") == 0
-    # And each is cancelled at its limit: all in dead with JobTimeout, long before 120 s, in
-    # the same process
+    # When 1,000 async jobs that would sleep 120 s, with a 15 s limit each, are pushed
+    jids = AsyncStuck.set(timeout=15).perform_bulk([[120]] * 1000)
+    # Then all 1,000 are in flight at once, in that one process: the last started before the
+    # first one's limit was up (as the jobs' own start times say, however slowly they started)
+    wait_for(lambda: len(runs(r)) == 1000, 30, what="1,000 started")
+    wait_for(lambda: r.llen(threadjobs.STARTS) == 1000, 10, what="1,000 start times")
+    starts = [float(v.split()[1]) for v in r.lrange(threadjobs.STARTS, 0, -1)]
+    assert max(starts) - min(starts) < 15
+    # And each is cancelled at its limit: all in dead with JobTimeout, long before their 120 s
+    # (the waits' bounds add up to 100 s), in the same process
     wait_for(lambda: r.zcard("dead") == 1000, 60, what="1,000 cancelled")
-    assert time.monotonic() - t0 < 90
     dead = zjobs(r, "dead")
     assert sorted(e["jid"] for e in dead) == sorted(jids)
     assert {e["error_class"] for e in dead} == {"JobTimeout"}

@@ -157,6 +157,7 @@ def test_a_term_while_the_job_code_loads_stops_the_daemon_cleanly(daemon, r):
     wait_for(lambda: r.get("t:importing"), 10, what="the import to begin")
     # When it is told to stop before the master's signal handlers exist
     d.signal(signal.SIGTERM)
+    r.set("t:import_gate", 1)  # (the import ends after the TERM came: slow_import.py)
     # Then it finishes loading, then stops cleanly: exit 0, not killed by the TERM (-15),
     # nothing left registered
     assert d.wait(15) == 0

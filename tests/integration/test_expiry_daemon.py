@@ -68,15 +68,20 @@ def test_a_job_that_fails_before_its_deadline_is_retried_with_the_same_deadline(
         daemon, producer, r):
     # Given a job that may wait 30 s, fails once and is retried 5 s later
     d = daemon(concurrency=1, require=REQUIRE)
-    jid = lj.Expiring.set(expires_in=30).perform_async(True)
+    jid = lj.Expiring.set(expires_in=30).perform_async("once")
     (waiting,) = wait_for(lambda: r.zrange("retry", 0, -1), 10, what="the retry")
     first = json.loads(r.lindex(lj.MSGS, 0))
     # Its retry carries the deadline of its push, unchanged (Celery #980 lost it on retry)
     assert json.loads(waiting)["expires_at"] == first["expires_at"]
     assert json.loads(waiting)["retry_count"] == 0
-    assert expired_count(r) == 0
+    # And it runs, before its deadline: not expired, and its second run saw that deadline
+    wait_for(lambda: counts(r, lj.DONE) == {jid: 1}, 15, what="the retry to run")
+    assert counts(r, lj.RUNS) == {jid: 2}
+    assert expired_count(r) == 0 and r.llen(lj.EXPIRED) == 0
+    second = json.loads(r.lindex(lj.MSGS, 1))
+    assert (second["jid"], second["expires_at"]) == (jid, first["expires_at"])
+    assert (r.zcard("retry"), r.zcard("dead"), r.zcard("schedule")) == (0, 0, 0)
     assert d.stop() == 0
-    assert counts(r, lj.RUNS) == {jid: 1}
 
 
 def test_a_scheduled_job_counts_its_time_to_live_from_its_run_time(daemon, producer, r):

@@ -82,9 +82,7 @@ def test_overlimit_reschedules_without_a_failure_and_a_release_wakes_it(daemon, 
     assert int(r.get("stat:failed") or 0) == 0
     # When the holder gives its unit back, the parked job is woken at once (not minutes later)
     r.set(lj.GATE + "n1", 1)
-    opened = time.monotonic()
     wait_for(lambda: counts(r, lj.DONE).get(wanting) == 1, 10, what="the parked job to run")
-    assert time.monotonic() - opened < 10
     assert r.lrange("t:granted", 0, -1) == [b"w1"]
     assert counts(r, lj.RUNS)[wanting] == 2
     assert r.zcard(K.limiter("never", "parked")) == 0

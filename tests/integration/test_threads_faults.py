@@ -166,9 +166,12 @@ def test_a_rolling_restart_with_threads_runs_each_job_once(daemon, producer, r):
     first = d.worker_pids()
     running = Held.perform_bulk([["hup"]] * 12)
     wait_for(lambda: in_flight(r, running), 20, what="12 jobs in flight")
-    # When HUP replaces every worker (each leaves after its jobs) while jobs keep coming
+    # When HUP replaces every worker (each leaves after its jobs) while jobs keep coming, the
+    # held jobs ending only once the first worker is being replaced
     d.signal(signal.SIGHUP)
     more = jobs.Record.perform_bulk([[i] for i in range(300)])
+    d.wait_log("is being replaced", 30)
+    assert not set(done(r)) & set(running)
     jobs.open_gate(r, "hup")
     # Then every job ran exactly once, and no worker of before is left
     wait_for(lambda: len(done(r)) == 312, 30, what="every job done")
@@ -203,10 +206,10 @@ def test_a_class_that_is_not_thread_safe_runs_alone_in_the_main_thread(daemon, p
     alone = NotThreadSafe.perform_bulk([[0.2]] * 3)
     more = Counted.perform_bulk([[0.3]] * 16)
     wait_for(lambda: len(done(r)) == 35, 30, what="every job done")
-    # Then each of those ran in the main thread with nothing else running, and the others
-    # ran many at once
+    # Then each of those ran in the main thread with nothing else running from its start to
+    # its end (a Counted job lasts longer than it), and the others ran many at once
     seen = {k.decode(): v.decode() for k, v in r.hgetall(threadjobs.SEEN).items()}
-    assert {seen[j] for j in alone} == {"MainThread|0"}
+    assert {seen[j] for j in alone} == {"MainThread|0|0"}
     assert int(r.get("t:most")) > 1
     assert runs(r) == dict.fromkeys(busy + alone + more, 1)
     assert d.stop() == 0
@@ -231,15 +234,24 @@ def test_max_jobs_recycles_a_threaded_worker_after_its_jobs_each_once(daemon, pr
 def test_job_operations_from_threads_and_async_jobs(daemon, producer, r):
     # Given one process of 4 threads
     d = daemon(concurrency=1, threads=4, require=JOBS)
-    # When jobs release themselves, bury themselves and touch their lease from job threads
-    released = jobs.Releases.perform_async(0, 1)
-    buried = jobs.Buries.perform_async("not today")
-    touched = jobs.Touches.perform_async(0.3, 0.1)
-    wait_for(lambda: all(done(r).get(j) == 1 for j in (released, touched)), 10, what="done")
-    (entry,) = wait_for(lambda: zjobs(r, "dead"), 10, what="the buried job")
+    # When jobs release themselves, bury themselves and touch their lease, from job threads
+    # and as async jobs on the process's loop
+    released = [jobs.Releases.perform_async(0, 1), threadjobs.AsyncReleases.perform_async(0, 1)]
+    buried = [jobs.Buries.perform_async("not today"),
+              threadjobs.AsyncBuries.perform_async("not today")]
+    touched = [jobs.Touches.perform_async(0.3, 0.1),
+               threadjobs.AsyncTouches.perform_async(0.3, 0.1)]
+    wait_for(lambda: all(done(r).get(j) == 1 for j in released + touched), 10, what="done")
+    wait_for(lambda: len(zjobs(r, "dead")) == 2, 10, what="the buried jobs")
     # Then each did what it says, as in a worker of one job at a time
-    assert runs(r)[released] == 2 and entry["jid"] == buried
-    assert entry["error_class"] == "Buried" and entry["bury_count"] == 1
-    assert set(r.lrange("t:touched", 0, -1)) == {b"1"} and r.llen("t:caught") == 0
+    assert [runs(r)[j] for j in released] == [2, 2]
+    dead = {e["jid"]: e for e in zjobs(r, "dead")}
+    assert set(dead) == set(buried)
+    assert all(e["error_class"] == "Buried" and e["bury_count"] == 1 for e in dead.values())
+    assert not set(buried) & set(done(r))
+    for key in ("t:touched", "t:touched:async"):
+        touches = r.lrange(key, 0, -1)
+        assert set(touches) == {b"1"} and len(touches) >= 2, key
+    assert r.llen("t:caught") == 0
     assert r.zcard("retry") == 0 and r.llen("queue:default") == 0
     assert d.stop() == 0

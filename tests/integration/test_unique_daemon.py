@@ -72,7 +72,6 @@ def test_the_lock_of_a_job_whose_worker_is_killed_stays_while_it_is_pending_then
         daemon, producer, r):
     # Given a unique job (60 s) that SIGKILLs its worker on its first run, then waits on a gate
     d = daemon(concurrency=1, require=REQUIRE)
-    began = time.monotonic()
     jid = lj.UniqueCrash.perform_async("k9", 1, "k9")
     # When the master has put it back and it runs again (its second run waits on the gate)
     wait_for(lambda: counts(r, lj.RUNS).get(jid) == 2, 15, what="the run after the kill")
@@ -80,11 +79,10 @@ def test_the_lock_of_a_job_whose_worker_is_killed_stays_while_it_is_pending_then
     # Then it still holds its lock: it is the same pending job, so a push is a duplicate
     assert lock_of(r, "UniqueCrash", ["k9", 1, "k9"])[1] == jid
     assert lj.UniqueCrash.perform_async("k9", 1, "k9") is None
-    # And once it succeeds the lock comes back, well within its period's end
+    # And once it succeeds the lock goes (within the 10 s waited: long before its 60 s)
     r.set(lj.GATE + "k9", 1)
     wait_for(lambda: lock_of(r, "UniqueCrash", ["k9", 1, "k9"])[1] is None, 10,
              what="the lock to go at its success")
-    assert time.monotonic() - began < 30
     assert lj.UniqueCrash.perform_async("k9", 0) is not None
     assert d.stop() == 0
 
@@ -93,14 +91,12 @@ def test_a_poison_pill_sent_to_dead_by_the_master_gives_its_lock_up(daemon, prod
     # Given a unique job that kills its worker every time, and a master that buries it after
     # one crash
     d = daemon(concurrency=1, max_crashes=1, require=REQUIRE)
-    began = time.monotonic()
     jid = lj.UniqueCrash.perform_async("pill", 1000)
     (dead,) = wait_for(lambda: zjobs(r, "dead"), 15, what="the poison pill in dead")
     assert dead["jid"] == jid and dead["error_class"] == "WorkerKilled"
     # Then its lock went with it: a new push of the same job goes in at once, long before
     # the lock's 60 s were up (sidekiq-unique-jobs left such locks for ever)
     assert lock_of(r, "UniqueCrash", ["pill", 1000])[1] is None
-    assert time.monotonic() - began < 30
     assert lj.UniqueCrash.perform_async("pill", 1000) is not None
     d.stop()
 
@@ -124,9 +120,11 @@ def test_a_job_waiting_to_retry_keeps_its_lock_and_its_death_releases_it(
 
 
 def test_unique_until_start_lets_a_copy_in_once_the_job_has_started(daemon, producer, r):
-    d = daemon(concurrency=1, require=REQUIRE)
+    # Both pushes come before the daemon starts, so the first is surely still pending (no
+    # worker can have started it between them, however loaded the machine)
     first = lj.UniqueUntilStart.perform_async("s", "s1")
     assert lj.UniqueUntilStart.perform_async("s", "s1") is None  # pending: a duplicate
+    d = daemon(concurrency=1, require=REQUIRE)
     wait_for(lambda: counts(r, lj.RUNS).get(first) == 1, 10, what="the job to start")
     # It started: its lock went then, so a copy may be pushed while it runs
     assert lock_of(r, "UniqueUntilStart", ["s", "s1"])[1] is None
@@ -149,21 +147,28 @@ def test_a_foreign_producers_duplicates_never_run_at_the_same_time(daemon, produ
     producer.push_raw("default", raw("b" * 24))
     # When two workers take them
     d = daemon(concurrency=2, require=REQUIRE)
-    wait_for(lambda: counts(r, lj.RUNS).get("a" * 24) == 1, 10, what="the first to start")
+    a, b = "a" * 24, "b" * 24
+    wait_for(lambda: counts(r, lj.RUNS).get(a) == 1, 10, what="the first to start")
     # Then the second did not start beside it: it found the lock the first took as it
     # started, and was put off (scheduled again, no failure), counted
     (put_off,) = wait_for(lambda: zjobs(r, "schedule"), 10, what="the copy put off")
-    assert put_off["jid"] == "b" * 24 and "b" * 24 not in counts(r, lj.RUNS)
-    assert lock_of(r, "Unique", ["php", "g2"])[1] == "a" * 24
-    assert counter(r, "unique_deferred") >= 1
+    assert put_off["jid"] == b and b not in counts(r, lj.RUNS)
+    key, holder = lock_of(r, "Unique", ["php", "g2"])
+    assert holder == a and 55_000 < r.pttl(key) <= 60_000  # (held for its unique_for, 60 s)
+    # And when it comes back while the first still runs (within DEFER_MAX, 5 s), it is put off
+    # again, not started
+    wait_for(lambda: counter(r, "unique_deferred") >= 2 or b in counts(r, lj.RUNS), 15,
+             what="the copy to come back")
+    assert b not in counts(r, lj.RUNS)
+    assert lock_of(r, "Unique", ["php", "g2"])[1] == a
     assert r.zcard("retry") == 0
-    # Once the first is done, the second runs (never at the same time: its start is after
-    # the first one's end)
+    # Once the first is done, the second runs: never at the same time, its start is after
+    # the first one's end
     r.set(lj.GATE + "g2", 1)
-    wait_for(lambda: counts(r, lj.DONE) == {"a" * 24: 1, "b" * 24: 1}, 20,
+    wait_for(lambda: counts(r, lj.DONE) == {a: 1, b: 1}, 20,
              what="the second to run after the first")
-    runs = [json.loads(m)["jid"] for m in r.lrange(lj.MSGS, 0, -1)]
-    assert runs == ["a" * 24, "b" * 24]
+    assert r.lrange(lj.EVENTS, 0, -1) == [f"{e} {j}".encode() for j in (a, b)
+                                          for e in ("enter", "exit")]
     wait_for(lambda: lock_of(r, "Unique", ["php", "g2"])[1] is None, 5,
              what="each to release its lock at its success")
     assert d.stop() == 0
