@@ -154,5 +154,9 @@ def test_bucket_overlimit_jobs_are_woken_as_the_buckets_turn_at_its_rate(
     assert max(grants) - min(grants) < 6
     assert set(counts(r, lj.DONE)) == set(jids)
     assert (r.zcard("retry"), r.zcard("dead")) == (0, 0)
-    assert int(r.get(K.counter("overlimit")) or 0) >= 4
+    # and every refusal was counted: each run that found the bucket full is one over-limit
+    # (how many depends on when the workers took their jobs: at least one of 6 taken by 3
+    # workers at once, not 4 on a loaded box where a worker starts late)
+    runs = sum(int(n) for n in r.hgetall(lj.RUNS).values())
+    assert int(r.get(K.counter("overlimit")) or 0) == runs - 6 >= 1
     assert d.stop() == 0
