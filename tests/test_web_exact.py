@@ -80,13 +80,20 @@ def test_delete_all_deletes_at_most_the_jobs_its_question_counted(client, r):
 
 
 def test_a_count_that_keeps_a_copy_needs_the_page_s_token_and_copies_nothing_without_it(
-        client, r):
-    # Given 3 dead jobs, a queue of 2 and a task's errors: each button's count keeps a copy
+        producer, client, r):
+    # Given 3 dead jobs, a queue of 2 and a task with errors: each of their bulk buttons
+    # counts on a copy kept for the answer
     r.zadd("dead", {member(f"d{i}"): i for i in range(3)})
     r.sadd("queues", "low")
     r.lpush("queue:low", member("q0", queue="low"), member("q1", queue="low"))
+    task, _jids = a_task_with_errors(r)
+    button = re.search(r'<button[^>]*value="retry_errors"[^>]*>',
+                       client.get(f"/tasks/{task.id}").text).group()
     urls = [count_urls(client.get("/dead").text)["delete"],
-            count_urls(client.get("/queues/low").text)["clear"]]
+            count_urls(client.get("/queues/low").text)["clear"],
+            html.unescape(re.search(r'data-count="([^"]*)"', button).group(1))]
+    assert [u.split("?")[0] for u in urls] == ["/dead/count", "/count/queue/low",
+                                               f"/count/task/{task.id}"]
     before = set(r.keys("*"))
     # When another site asks for them (an <img> or a link: no token header, no cookie)
     stranger = TestClient(client.app, base_url="http://localhost")
@@ -96,9 +103,14 @@ def test_a_count_that_keeps_a_copy_needs_the_page_s_token_and_copies_nothing_wit
         assert client.get(url, headers={"x-csrf-token": ""}).status_code == 403, url
     # Then Redis holds no copy: not a key more than before
     assert set(r.keys("*")) == before
-    # While the page's own question, with its token, gets its count and a copy
-    assert client.get(urls[0]).json()["count"] == 3
-    assert len(set(r.keys("*")) - before) >= 1
+    # While the page's own questions, with its token, get their counts, each with its copy
+    # and its marker (the task's: one copy of Retries and one of Dead, one marker each)
+    tokens = [client.get(url).json()["token"] for url in urls]
+    added = {k.decode() for k in set(r.keys("*")) - before}
+    assert len(added) == 8
+    assert {k.rsplit(":", 1)[0] for k in added} == {"queued:snapshot", "queued:snapshot-held"}
+    for token in tokens[:2]:
+        assert {f"queued:snapshot:{token}", f"queued:snapshot-held:{token}"} <= added
 
 
 def test_a_search_s_retry_all_retries_at_most_the_matches_it_counted(client, r):
