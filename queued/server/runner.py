@@ -203,10 +203,11 @@ class Runner:
             error = e
             if lane.number:  # a lane's failure may take a while to write: see run_async
                 lane.writer.ending()
-        hook = self._ended(run, lane, error, time.monotonic() - start)
+        elapsed = time.monotonic() - start
+        hook = self._ended(run, lane, error, elapsed)
         if hook is not None and job is not None and hook in run.info.hooks:
             call_hook(job, hook, *(() if error is None else (error,)))
-        self._done(run, lane, error)
+        self._done(run, lane, error, elapsed)
 
     async def run_async(self, res: Reservation, msg: dict, lane: Lane) -> None:
         """A parsed job whose perform is ``async def``, as a task on the event loop: its time
@@ -252,7 +253,7 @@ class Runner:
                 await result
             except Exception:  # noqa: BLE001 - as call_hook
                 log.exception("%s hook raised", hook)
-        self._done(run, lane, error)
+        self._done(run, lane, error, elapsed)
         logsetup.set_context("")
 
     def _begin(self, res: Reservation, msg: dict, lane: Lane, held: int,
@@ -300,9 +301,9 @@ class Runner:
         known = self._durations.get(job_class)  # (how long jobs of a class take: jumps up
         self._durations[job_class] = (          # at once, decays slowly)
             elapsed if known is None or elapsed > known else 0.9 * known + 0.1 * elapsed)
-        if error is not None or self.job_logging or run.info.hooks:
-            # the lines logged from here on (its done line, its failure, its hook's) say
-            # how long it ran
+        if error is not None or run.info.hooks:
+            # the lines logged from here on (its failure, its hook's) say how long it ran
+            # (the done line is made from the job's own figures: _done)
             logsetup.set_context(logsetup.job_context(run.shown, msg["jid"], elapsed,
                                                       res.queue))
         if error is None and run.task_id is None and res.member:
@@ -315,10 +316,11 @@ class Runner:
                                  error is not None and not isinstance(error, ops.Release))
         return hook
 
-    def _done(self, run: _Run, lane: Lane, error: BaseException | None) -> None:
+    def _done(self, run: _Run, lane: Lane, error: BaseException | None,
+              elapsed: float) -> None:
         if error is None:
             if self.job_logging:
-                self.joblog.done()
+                self.joblog.done((run.shown, run.msg["jid"], elapsed, run.res.queue))
             lane.writer.end(False)
         else:
             lane.writer.end(not isinstance(error, ops.Release))

@@ -209,9 +209,9 @@ class SlotWriter:
     def begin(self, jid: str, queue: str, klass: str, timeout: float | None,
               held: int = 0) -> None:
         """A job starts; ``held``: jobs reserved behind it, not started (giveback.py)."""
-        if queue is not self._queue:
+        if queue != self._queue:
             self._queue, self._queue_b = queue, _b(queue, 64)
-        if klass is not self._klass:
+        if klass != self._klass:
             self._klass, self._klass_b = klass, _b(klass, 128)
         word = self.word
         word[0] = self.seq = self.seq + 1
