@@ -15,9 +15,11 @@ __version__ = "0.1.0"
 from .arguments import strict_args  # noqa: E402
 from .client import (Client, configure, default_client, get_async_redis,  # noqa: E402
                      get_redis)
-from .errors import JobArgumentsError, JobFailed, JobTimeout, QueuedError  # noqa: E402
+from .errors import (JobArgumentsError, JobFailed, JobTimeout, OverLimit,  # noqa: E402
+                     QueuedError)
 from .events import error_handlers, on  # noqa: E402
 from .job import Job, job, registry  # noqa: E402
+from .limiter import Limiter  # noqa: E402
 from .middleware import client_middleware, server_middleware  # noqa: E402
 from .ops import bury, release, say, touch  # noqa: E402
 from .periodic import periodic  # noqa: E402
@@ -27,5 +29,5 @@ __all__ = ["Job", "job", "registry", "Client", "configure", "default_client", "g
            "get_async_redis",
            "strict_args", "client_middleware", "server_middleware", "on", "error_handlers",
            "JobArgumentsError", "JobFailed", "JobTimeout", "QueuedError", "release", "touch", "bury",
-           "say", "Task", "periodic",
+           "say", "Task", "periodic", "Limiter", "OverLimit",
            "__version__"]

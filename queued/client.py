@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable
 import redis as redis_lib
 from redis.exceptions import ReadOnlyError, ResponseError
 
-from . import sentinel
+from . import expiry, sentinel, unique
 from .connection import client_from_url
 from .keys import Keys
 from .middleware import Chain, client_middleware
@@ -72,6 +72,8 @@ BULK_BATCH = 1000
 _ARGS_MARK = "\0queued:args\0"
 _JID_MARK = "\0queued:jid\0"
 _RETRYABLE = ("READONLY", "NOREPLICAS", "UNBLOCKED")  # Sidekiq reconnects once on these
+#: What _write returns when no job was dropped as a duplicate (no set made per push).
+_NONE_DROPPED: frozenset = frozenset()
 
 
 def _is_number(v: Any) -> bool:
@@ -151,6 +153,9 @@ class Client:
             raise ValueError(f'job "queue" must be a non-empty string, not {msg["queue"]!r}')
         msg["class"] = name
         msg["args"] = list(msg["args"])
+        if "unique_for" in msg or "unique_until" in msg or "expires_in" in msg \
+                or "expires_at" in msg:
+            _check_issue21(msg)
         if _rb_falsy(msg.get("jid")):
             msg["jid"] = new_jid()
         if _rb_falsy(msg.get("created_at")):
@@ -169,24 +174,30 @@ class Client:
         the job is checked and given its jid now, and its client middleware and its write
         wait for the commit (nothing is pushed if the transaction rolls back): the jid is
         returned at once either way. ``after_commit=False`` pushes now whatever is open; a
-        database alias (str) waits for that database's transaction instead of the default's."""
+        database alias (str) waits for that database's transaction instead of the default's.
+        Inside a task's block the job is handed to the task now, whatever ``after_commit``
+        says: the task writes it with itself, and waits for a commit by its own choice."""
         sink = task_sink.get()
         if sink is not None:
             item = {**item, TASK_FIELD: sink.id}
         msg = self.normalize(item)
-        if commit_hook is not None and after_commit is not False \
-                and commit_hook(partial(self._push_checked, msg, sink), after_commit):
+        # (inside a task's block the job goes with its task, which waits for a commit or not
+        # by its own after_commit: never on its own, or it would reach a block already written)
+        if commit_hook is not None and sink is None and after_commit is not False \
+                and commit_hook(partial(self._push_checked, msg), after_commit):
             return msg["jid"]
         if not self._run_middleware(msg):
             return None
-        self._write([msg], clock(), sink)
+        if self._write([msg], clock(), sink):
+            return None  # a duplicate of a unique job that is pending: dropped
         return msg["jid"]
 
-    def _push_checked(self, msg: dict, sink: Any) -> str | None:
+    def _push_checked(self, msg: dict) -> str | None:
         """The rest of a push deferred to a commit (push's own last three steps)."""
         if not self._run_middleware(msg):
             return None
-        self._write([msg], clock(), sink)
+        if self._write([msg], clock()):
+            return None
         return msg["jid"]
 
     def push_bulk(self, item: Mapping, *, batch_size: int = BULK_BATCH,
@@ -194,6 +205,11 @@ class Client:
         """Sidekiq's push_bulk: ``args`` is a list of argument lists, ``at`` one epoch or one
         per job. All jobs share created_at and enqueued_at; each gets its own jid. One SADD +
         one variadic LPUSH (or ZADD) per ``batch_size`` jobs. Returns the pushed jids.
+
+        For a unique job (``unique_for``) it returns one entry per job, in order: its jid, or
+        None where the job was not pushed (a duplicate of a pending one, or cancelled by a
+        middleware), as Sidekiq 7.1's push_bulk does; every lock is taken with its push, one
+        script call per batch.
 
         Inside a transaction (see ``push``) the jobs are checked and given their jids now and
         written at the commit; every jid is returned at once (a client middleware that cancels
@@ -222,9 +238,9 @@ class Client:
             raise ValueError('job "at" must be a number or a non-empty list of numbers')
         normed = self._normalize(item)
         check_args(normed, args)
-        if commit_hook is not None and after_commit is not False:
+        if commit_hook is not None and sink is None and after_commit is not False:
             given = [new_jid() for _ in args]
-            if commit_hook(partial(self._bulk, normed, args, at, ats, batch_size, sink, given),
+            if commit_hook(partial(self._bulk, normed, args, at, ats, batch_size, None, given),
                     after_commit):
                 return given
             return self._bulk(normed, args, at, ats, batch_size, sink, given)
@@ -235,15 +251,16 @@ class Client:
         """push_bulk's writes, batch by batch; ``given``: the jids to use (made at the push
         when it waited for a commit), else new ones."""
         now = clock()
-        jids: list[str] = []
+        jids: list[str | None] = []
+        aligned = "unique_for" in normed  # (see push_bulk: one entry per job, None if dropped)
         for start in range(0, len(args), batch_size):
-            if ats is None and not len(self.middleware):
+            if ats is None and not len(self.middleware) and not aligned:
                 alike = self._push_alike(normed, args[start:start + batch_size], at, now,
                                          sink, given and given[start:start + batch_size])
                 if alike is not None:
                     jids.extend(alike)
                     continue
-            payloads = []
+            payloads, entries = [], []
             for i in range(start, min(start + batch_size, len(args))):
                 msg = dict(normed)
                 msg["args"] = list(args[i])
@@ -252,9 +269,14 @@ class Client:
                     msg["at"] = ats[i] if ats is not None else at
                 if self._run_middleware(msg):
                     payloads.append(msg)
-            if payloads:
-                self._write(payloads, now, sink)
-                jids.extend(m["jid"] for m in payloads)
+                    entries.append(msg["jid"])
+                elif aligned:
+                    entries.append(None)
+            dropped = self._write(payloads, now, sink) if payloads else _NONE_DROPPED
+            if aligned:
+                jids.extend(None if jid in dropped else jid for jid in entries)
+            else:
+                jids.extend(entries)
         return jids
 
     def push_raw(self, queue: str, payload: str | bytes) -> None:
@@ -284,6 +306,8 @@ class Client:
         and tail are the same either way)."""
         scheduled = _is_number(at) and at > now
         probe = dict(normed, args=_ARGS_MARK, jid=_JID_MARK)
+        if "expires_in" in probe:  # (the same step as _write's, in the same key order)
+            expiry.stamp(probe, at if scheduled else now)
         if not scheduled:
             probe["enqueued_at"] = now
         text, args_mark, jid_mark = dumps(probe), dumps(_ARGS_MARK), dumps(_JID_MARK)
@@ -312,33 +336,71 @@ class Client:
             self._send({normed["queue"]: texts}, {})
         return jids
 
-    def _write(self, payloads: Iterable[dict], now: float, sink: Any = None) -> None:
+    def _write(self, payloads: Iterable[dict], now: float, sink: Any = None) -> frozenset:
         """One pipeline: a future ``at`` -> ZADD schedule (no at, no enqueued_at); everything
         else -> SADD queues + LPUSH queue:<q> with enqueued_at = now. Inside a task's block
-        the jobs and their records go to the task instead (task.py writes them)."""
+        the jobs and their records go to the task instead (task.py writes them). A unique
+        job goes with its lock instead (unique_push.lua). Returns the jids of the jobs dropped
+        as duplicates (none, as a rule)."""
         queued: dict[str, list[str]] = {}
         scheduled: dict[str, float] = {}
         entries: list[tuple] = []  # for a task: (jid, record, queue or None, payload, at)
+        locked: list[tuple] = []   # unique jobs: (lock, payload, at or None, queue)
         for msg in payloads:
             at = msg.pop("at", None)
-            if _is_number(at) and at > now:
+            later = _is_number(at) and at > now
+            if "expires_in" in msg:
+                expiry.stamp(msg, at if later else now)
+            lock = self._lock(msg, at - now if later else 0.0) if "unique_for" in msg else None
+            if later:
                 text = dumps(msg)
-                scheduled[text] = at
+                if lock is None:
+                    scheduled[text] = at
                 where: tuple = (None, at)
             else:
                 msg["enqueued_at"] = now
                 text = dumps(msg)
-                queued.setdefault(msg["queue"], []).append(text)
+                if lock is None:
+                    queued.setdefault(msg["queue"], []).append(text)
                 where, at = (msg["queue"], None), None
+            if lock is not None:
+                locked.append((lock, text, at, msg["queue"]))
             if sink is not None:
                 record = {"class": msg["class"], "queue": msg["queue"], "args": msg["args"]}
                 if at is not None:
                     record["at"] = at
                 entries.append((msg["jid"], dumps(record), *where, text))
         if sink is not None:
-            sink.collect(entries)
-        else:
+            sink.collect(entries, {lock.jid: (lock, queue) for lock, _t, _a, queue in locked})
+            return _NONE_DROPPED
+        if queued or scheduled:
             self._send(queued, scheduled)
+        return self._send_locked(locked) if locked else _NONE_DROPPED
+
+    def _lock(self, msg: dict, delay: float) -> unique.Lock | None:
+        """A unique job's lock; its digest written into the payload (unique.py says why)."""
+        if unique.period(msg) is None:
+            return None
+        msg[unique.DIGEST] = unique.digest(msg)
+        return unique.lock_of(self.keys, msg, delay)
+
+    def _send_locked(self, locked: list[tuple]) -> frozenset:
+        """Push unique jobs, each with its lock taken in the same step (unique_push.lua);
+        the jids of those dropped as duplicates. (queued.testing's modes take every push:
+        there is no Redis to hold a lock.)"""
+        if testing is not None:
+            queued: dict[str, list[str]] = {}
+            scheduled: dict[str, float] = {}
+            for _lock, text, at, queue in locked:
+                if at is None:
+                    queued.setdefault(queue, []).append(text)
+                else:
+                    scheduled[text] = at
+            testing.send(self, queued, scheduled)
+            return _NONE_DROPPED
+        keys, args = unique_push_call(self.keys, locked)
+        pushed = unique.UNIQUE_PUSH(self.redis, keys, args)
+        return frozenset(lock.jid for (lock, *_), ok in zip(locked, pushed) if not ok)
 
     def _send(self, queued: dict[str, list[str]], scheduled: dict[str, float]) -> None:
         """SADD queues + LPUSH queue:<q> of the encoded payloads by queue, ZADD schedule of
@@ -422,6 +484,31 @@ def _closed_while_idle(conn: Any) -> bool:
     probe = select.poll()
     probe.register(sock, select.POLLIN)
     return bool(probe.poll(0))
+
+
+def _check_issue21(msg: dict) -> None:
+    """A push's unique and expiry keys (unique.py, expiry.py): None means "not set", as in
+    set(); anything else must be usable, or the push fails naming the key."""
+    for key in ("unique_for", "unique_until", "expires_in"):
+        if key in msg and msg[key] is None:
+            del msg[key]
+    unique.check_item(msg)
+    expiry.check_item(msg)
+
+
+def unique_push_call(keys: Keys, locked: list[tuple], task_keys: tuple[str, str] | None = None,
+                     task_ttl_ms: int = 0, records: dict[str, str] | None = None
+                     ) -> tuple[list, list]:
+    """KEYS and ARGV of unique_push.lua for ``locked`` jobs: (Lock, payload, at or None,
+    queue) each; with ``task_keys`` (its records hash, its enqueued set), the jobs of a task,
+    their records in ``records`` (jid -> JSON)."""
+    ks = [keys.queues, keys.schedule, keys.counter("unique_dropped"), *(task_keys or ())]
+    args: list = [str(task_ttl_ms) if task_keys else "", len(locked)]
+    for lock, text, at, queue in locked:
+        ks += [lock.key, keys.queue(queue)]
+        args += [lock.jid, lock.ttl_ms, text, "" if at is None else repr(float(at)), queue,
+                 (records or {}).get(lock.jid, "")]
+    return ks, args
 
 
 def _quote(jid: str) -> str:

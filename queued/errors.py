@@ -57,6 +57,21 @@ class JobFailed(Exception):
         self.reason = reason or "failed"
 
 
+class OverLimit(QueuedError):
+    """A limiter (queued.Limiter) had no unit for the caller within its ``wait_timeout``.
+    Raised out of a job's ``perform`` it is no failure: the worker reschedules the job
+    (server/guards.py), ``reschedule`` times at most, then it takes the retry path.
+    ``limiter`` is the limiter; ``wait`` the seconds until it has room, when known (bucket,
+    window, leaky), else None."""
+
+    def __init__(self, limiter, wait: float | None = None):
+        when = f"; room in {wait:.3f}s" if wait is not None else ""
+        super().__init__(f"{limiter.kind} limiter {limiter.name!r} is over its limit of "
+                         f"{limiter.size}{when}")
+        self.limiter = limiter
+        self.wait = wait
+
+
 class WorkerKilled(QueuedError):
     """Recorded as the error of a job whose worker process died under it (poison pill)."""
 

@@ -34,14 +34,17 @@ from typing import Any, Callable, NoReturn
 from . import client as _client
 from . import ops
 from .arguments import check_json
+from .payload import MAX_SECONDS
 from . import suggest
 
 #: Options a job class may set in ``queued_options``.
 OPTION_KEYS = frozenset(
     {"queue", "retry", "backtrace", "dead", "retry_queue", "tags", "timeout", "name", "abstract",
-     "threads"})
+     "threads", "unique_for", "unique_until", "expires_in"})
 #: Class options that Sidekiq copies into every payload (when set), in addition to retry/queue.
-PAYLOAD_OPTION_KEYS = frozenset({"backtrace", "dead", "retry_queue", "tags"})
+#: (``expires_in`` becomes the payload's ``expires_at`` at the push: expiry.py.)
+PAYLOAD_OPTION_KEYS = frozenset({"backtrace", "dead", "retry_queue", "tags", "unique_for",
+                                 "unique_until", "expires_in"})
 #: What ``Job.set()`` takes besides ``wait``/``wait_until``/``extra``: the options that make
 #: sense per push (Sidekiq's Setter merges any key into the item; a typo would then be a silent
 #: payload key) and ``jid``, which a producer may choose for one push, as Sidekiq's allows.
@@ -147,12 +150,20 @@ _OPTION_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "retry_queue": (lambda v: v is None or _nonempty_str(v), "a non-empty str"),
     "tags": (lambda v: v is None or isinstance(v, list), "a list"),
     "timeout": (lambda v: v is None or (_is_real(v) and v > 0), "a number of seconds > 0"),
+    # issue 21: unique.py and expiry.py
+    "unique_for": (lambda v: v is None or (_is_real(v) and v > 0), "a number of seconds > 0"),
+    "unique_until": (lambda v: v is None or v in ("success", "start"), '"success" or "start"'),
+    "expires_in": (lambda v: v is None or (_is_real(v) and v > 0), "a number of seconds > 0"),
     # False: not thread-safe, runs alone in its worker's main thread (server/runner.py)
     "threads": (lambda v: isinstance(v, bool), "True or False"),
     "name": (_nonempty_str, "a non-empty str"),
     "abstract": (lambda v: isinstance(v, bool), "True or False"),
     "jid": (_nonempty_str, "a non-empty str"),
 }
+
+
+#: The options that are spans of seconds, at most payload.MAX_SECONDS.
+_SPANS = frozenset({"timeout", "unique_for", "expires_in"})
 
 
 def check_options(owner: str, options: Any, allowed: frozenset = OPTION_KEYS) -> None:
@@ -166,6 +177,10 @@ def check_options(owner: str, options: Any, allowed: frozenset = OPTION_KEYS) ->
         test, what = _OPTION_CHECKS[key]
         if not test(value):
             raise TypeError(f"{owner}: queued option {key!r} must be {what}, not {value!r}")
+        if key in _SPANS and value is not None and value > MAX_SECONDS:
+            # (a bigger span fits nothing that must hold it: Redis's PX, setitimer: payload.py)
+            raise ValueError(f"{owner}: queued option {key!r} must be at most {MAX_SECONDS} "
+                             f"seconds (ten years), not {value!r}")
 
 
 def did_you_mean(key: Any, known: Any, synonyms: dict[str, str] | None = None) -> str:
@@ -210,8 +225,11 @@ class Job:
     ``queued_options`` keys: ``queue`` (default "default"), ``retry`` (True = 25 retries, an
     int = that many, 0 = none then dead, False = none and dropped), ``backtrace``, ``dead``,
     ``retry_queue``, ``tags`` (copied into every payload, as Sidekiq does), ``timeout``
-    (seconds; looked up by the worker, never written to the payload), ``name`` (the name to
-    serve; not inherited) and ``abstract`` (True = do not register this class; not inherited).
+    (seconds; looked up by the worker, never written to the payload), ``unique_for`` (seconds:
+    a push of the same class, queue and args is dropped while one is pending, unique.py) and
+    ``unique_until`` ("success", the default, or "start"), ``expires_in`` (seconds: a job not
+    started by then is dropped, expiry.py), ``name`` (the name to serve; not inherited) and
+    ``abstract`` (True = do not register this class; not inherited).
     Options are inherited along the MRO, subclasses overriding.
     """
 
@@ -294,6 +312,11 @@ class Job:
         """Called once when the job will not be retried again. Sidekiq's
         ``sidekiq_retries_exhausted``."""
 
+    @classmethod
+    def on_expired(cls, msg: dict) -> None:
+        """Called once, in the worker, when the job is dropped unrun because it was not
+        started before its ``expires_at`` (``expires_in``): ``msg`` is its payload."""
+
     # --- options ---
     @classmethod
     def get_options(cls) -> dict[str, Any]:
@@ -365,7 +388,8 @@ class Setter:
     """``Job.set(...)``: per-push options, chainable (``.set(...)`` again merges more).
 
     Takes the options that make sense per push (``queue``, ``retry``, ``backtrace``, ``dead``,
-    ``retry_queue``, ``tags``, ``timeout``), ``jid`` (this push's job id, instead of a new
+    ``retry_queue``, ``tags``, ``timeout``, ``unique_for``, ``unique_until``, ``expires_in``),
+    ``jid`` (this push's job id, instead of a new
     one), ``wait`` (seconds or a timedelta from now) or ``wait_until`` (an epoch or a
     datetime), like Sidekiq and ActiveJob, ``extra``: a dict of payload keys of your own,
     written as they are (``set(extra={"tenant": 7})``, for a client or server middleware that

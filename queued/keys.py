@@ -144,7 +144,8 @@ class Keys:
     def cron_history(self, name: str) -> str:  # list of {jid, enqueued}; cron_enqueue.lua
         return f"{self.ns}cron_job:{name}:jid_history"
 
-    # --- tasks (task.py creates them; queued/lua/task.lua moves their jobs) --------------------
+    # --- tasks (task.py creates them; queued/lua/task.lua moves their jobs; an operator deletes
+    # one with admin/taskadmin.py) -----------------------------------------------------------
     def task(self, task_id: str) -> str:
         """hash: description, created_at, sealed, callbacks, TTLs, completed_at, succeeded_at."""
         return f"{self.ns}queued:task:{task_id}"
@@ -158,10 +159,56 @@ class Keys:
                 f"{base}:jobs", f"{base}:errors", f"{base}:log"]
 
     @property
-    def tasks(self) -> str:  # zset task id -> created_at, newest last; task.py adds and trims
+    def tasks(self) -> str:  # zset id -> created_at, newest last; task.py adds, trims; taskadmin
         return self.ns + "queued:tasks"
+
+    # --- unique jobs, rate limits, expiring jobs (issue 21) ------------------------------------
+    def unique(self, digest: str) -> str:
+        """string: the jid holding the unique lock of one (class, queue, args), with a PX TTL;
+        no index of them exists (a global set of digests was sidekiq-unique-jobs' 3 GB key,
+        its #821). Taken by queued/lua/unique_push.lua (the client) or unique_start.lua (the
+        worker), released by unique_release.lua (worker, master, operator)."""
+        return f"{self.ns}queued:unique:{digest}"
+
+    @property
+    def unique_pattern(self) -> str:
+        """SCAN MATCH pattern of every unique lock (the operator's listing)."""
+        return _glob_escape(f"{self.ns}queued:unique:") + "*"
+
+    def counter(self, name: str) -> str:
+        """string: a cluster-wide count of queued's own events (COUNTERS), INCRed by the
+        script that makes the event happen."""
+        return f"{self.ns}queued:stat:{name}"
+
+    @property
+    def limiters(self) -> str:  # zset limiter name -> last use (epoch); queued/limiter.py
+        return self.ns + "queued:limiters"
+
+    def limiter(self, name: str, part: str = "") -> str:
+        """One limiter's keys, all under ``queued:limiter:{name}`` (a hash tag: one Redis
+        Cluster slot for all of them, and no name can reach into another's keys). ``part``:
+        "" the hash of its definition and counts; "leases" (concurrent: zset token ->
+        lease end), "wake" (concurrent: list a release pushes a token to, waiters BLPOP),
+        "parked" (concurrent: zset of over-limit jobs' schedule members, woken on release),
+        "state" (bucket and leaky: hash; window: zset of grants). Written only by
+        queued/lua/limit_*.lua."""
+        base = f"{self.ns}queued:limiter:{{{name}}}"
+        return f"{base}:{part}" if part else base
+
+    def limiter_name(self, key: str) -> str:
+        """Inverse of limiter(): the name in a limiter's hash key."""
+        return key[len(self.ns) + len("queued:limiter:{"):-1]
 
 
 #: A task's job states, in the order of their sets in Keys.task_keys and task.lua. ``retry`` is
 #: an error waiting for its retry, ``error`` a final one (the job died, or was buried).
 TASK_STATES = ("enqueued", "working", "finished", "failed", "retry", "error")
+
+#: queued's own cluster-wide counts (Keys.counter): jobs dropped as expired, over-limit
+#: reschedules, duplicate pushes dropped (client), duplicates that found another copy running
+#: when they started (worker: deferred, never run at once with it).
+COUNTERS = ("expired", "overlimit", "unique_dropped", "unique_deferred")
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -24,6 +24,14 @@ CRASHES = "queued_crashes"
 SUSPECT = "queued_suspect"
 #: Integers above this are epoch milliseconds (Sidekiq 8), below it epoch seconds.
 _MS_THRESHOLD = 10**11
+#: The longest span of seconds queued takes from a payload or an option (``unique_for``,
+#: ``timeout``, ``expires_in``, a retry's delay, a limiter's times): ten years. Everything that
+#: holds a span must hold this one: Redis's PX (milliseconds from now, a signed 64-bit count),
+#: setitimer (Python's nanoseconds in 64 bits: about 292 years), a float epoch. A payload from
+#: outside may carry any number (JSON integers have no size limit: float() of 10**400
+#: overflows; a unique_for of 1e20 made Redis refuse the lock's expiry): read through
+#: ``seconds_of``, a bigger one means "as long as can be", and the options refuse it.
+MAX_SECONDS = 10 * 365 * 24 * 3600
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _ascii_encoder = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
@@ -75,12 +83,36 @@ def now() -> float:
 
 def to_epoch(value: Any) -> float | None:
     """A payload timestamp as float seconds: float seconds (Sidekiq 6/7) or integer
-    milliseconds (Sidekiq 8) are both accepted."""
+    milliseconds (Sidekiq 8) are both accepted; None for anything else (an integer past what
+    a float holds included)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if isinstance(value, int) and value > _MS_THRESHOLD:
-        return value / 1000.0
-    return float(value)
+    try:
+        if isinstance(value, int) and value > _MS_THRESHOLD:
+            return value / 1000.0
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def seconds_of(value: Any) -> float | None:
+    """A payload's span of seconds made usable: None unless it is a number > 0 (not a bool,
+    not NaN), and at most MAX_SECONDS (a bigger one, however big, reads as MAX_SECONDS)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return None
+    return float(value) if value < MAX_SECONDS else float(MAX_SECONDS)
+
+
+def check_seconds(key: str, value: Any) -> None:
+    """A producer's own span (an option, a push's key): ValueError naming ``key`` unless a
+    number > 0 and at most MAX_SECONDS (None means "not set" and passes)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f'job "{key}" must be a number of seconds > 0, not {value!r}')
+    if value > MAX_SECONDS:
+        raise ValueError(f'job "{key}" must be at most {MAX_SECONDS} seconds (ten years), '
+                         f'not {value!r}')
 
 
 def _not_json(name: str):

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from .connection import Script
 from .cronspec import UTC, Timing, parse_cron, parse_every
 from .keys import Keys
+from . import expiry
 from .payload import dumps
 from .values import Invalid, expected, show
 
@@ -330,7 +331,10 @@ def enqueue(r: Any, keys: Keys, name: str, msg: dict, now: float,
     that tick is not pushed yet, the schedule is enabled and the tick is not ahead of Redis's
     clock. Returns the script's answer: enqueued, done, disabled, missing (no such schedule
     in Redis), wrongtype or ahead."""
-    msg = {**msg, "enqueued_at": now}
+    msg = dict(msg)
+    if "expires_in" in msg:  # (a class's expires_in: its deadline from this tick, expiry.py)
+        expiry.stamp(msg, now)
+    msg["enqueued_at"] = now
     history = dumps({"jid": msg["jid"], "enqueued": last_time_text(now)})
     reply = CRON_ENQUEUE(r, [keys.cron_job(name), keys.cron_enqueued(name),
                              keys.cron_history(name), keys.queue(msg["queue"]), keys.queues],

@@ -22,7 +22,9 @@ task lives ``ttl_success`` (or ``ttl_failure`` if any job failed), one whose job
 ``ttl_idle`` after the last move (an abandoned task).
 
 Inside a database transaction (queued.django), a task's writes wait for the commit as a push
-does (none if it rolls back); its id is known at once. ``after_commit=False`` writes at once.
+does (none if it rolls back); its id is known at once. ``after_commit=False`` writes at once,
+a database alias waits for that database's commit. The jobs of a block go with the task: a
+push inside the block is handed to it at once, whatever the push's own ``after_commit``.
 In queued.testing's fake and inline modes a task lives in memory (testing/tasks.py): every
 method that reads or writes Redis hands over to it first.
 """
@@ -39,6 +41,7 @@ from . import client as _client
 from .keys import TASK_STATES, Keys
 from .payload import dumps, new_jid
 from .tracking import FINAL, TASK_PUSH, TASK_SEAL, CallbackBlocked, blocked_keys
+from .unique import UNIQUE_PUSH
 
 log = logging.getLogger("queued.task")
 
@@ -184,14 +187,16 @@ class Task:
         """The block's jobs, CHUNK per transaction: each job's record, its ``enqueued`` state
         and the job itself together, so a worker never runs a job the task does not know."""
         if _client.testing is not None:
-            _client.testing.write_task(self, buffer)
-            self._stored = True
-            if seal:
-                self._seal(None)
+            try:  # (inline mode raises a job's error once every job ran: seal first anyway)
+                _client.testing.write_task(self, buffer)
+            finally:
+                self._stored = True
+                if seal:
+                    self._seal(None)
             return
         r, ks = self.client.redis, self.keys.task_keys(self.id)
         ttl_ms = int(self._meta["ttl_idle"]) * 1000
-        jobs = buffer.jobs
+        jobs = [job for job in buffer.jobs if job[0] not in buffer.locks]
         for start in range(0, max(len(jobs), 1), CHUNK):
             pipe = r.pipeline(transaction=True)
             if not self._stored:
@@ -206,8 +211,24 @@ class Task:
             if chunk and replies[-4]:
                 log.warning("task %s: %d job(s) not pushed: their jid is already in the task "
                             "(the same jid is the same job)", self.id, replies[-4])
+        if buffer.locks:
+            self._write_unique(buffer, ks, ttl_ms)
         if seal:
             self._seal(None)
+
+    def _write_unique(self, buffer: "_Buffer", ks: list[str], ttl_ms: int) -> None:
+        """The block's unique jobs, after the task exists: each pushed with its record and
+        its enqueued state only if its lock was free (unique_push.lua), so a duplicate dropped
+        at the push is not counted in the task. (The task may run its other jobs meanwhile:
+        it completes only once sealed, after this.)"""
+        jobs = [job for job in buffer.jobs if job[0] in buffer.locks]
+        records = {jid: record for jid, record, *_ in jobs}
+        for start in range(0, len(jobs), CHUNK):
+            locked = [(*buffer.locks[jid][:1], text, at, buffer.locks[jid][1])
+                      for jid, _record, _queue, at, text in jobs[start:start + CHUNK]]
+            keys, args = _client.unique_push_call(self.keys, locked, (ks[7], ks[1]), ttl_ms,
+                                                  records)
+            UNIQUE_PUSH(self.client.redis, keys, args)
 
     def _create(self, pipe: Any) -> None:
         now = time.time()
@@ -343,9 +364,14 @@ class _Buffer:
         #: (jid, record JSON, queue or None when scheduled, at or None, payload JSON), in
         #: push order
         self.jobs: list[tuple[str, str, str | None, float | None, str]] = []
+        #: jid -> (unique.Lock, queue) of the unique jobs among them (pushed with their lock)
+        self.locks: dict[str, Any] = {}
 
-    def collect(self, entries: list[tuple[str, str, str | None, float | None, str]]) -> None:
+    def collect(self, entries: list[tuple[str, str, str | None, float | None, str]],
+                locks: dict[str, Any] | None = None) -> None:
         self.jobs.extend(entries)
+        if locks:
+            self.locks.update(locks)
 
 
 def _push_chunk(pipe: Any, keys: Keys, ks: list[str], chunk: list) -> None:

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from . import sentinel
 from .errors import ConfigError
+from .payload import MAX_SECONDS
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -52,8 +53,9 @@ def numeric(value: Any, what: str) -> float:
             value = float(value.strip())
         except ValueError:
             raise expected(what, value) from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise expected(what, value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(float(value) if abs(value) < 1e308 else math.inf):
+        raise expected(what, value)  # (float() of a YAML integer of 400 digits overflows)
     return value
 
 
@@ -75,6 +77,8 @@ def optional_integer(minimum: int) -> Callable[[Any], int | None]:
 
 
 def seconds(minimum: float, *, above: bool = False) -> Callable[[Any], float]:
+    """Seconds, at most payload.MAX_SECONDS (ten years: a job_timeout of 1e12 is past what
+    setitimer takes, and every job of the daemon would fail on it)."""
     what = ("a positive number of seconds" if above and minimum == 0 else
             f"a number of seconds {'>' if above else '>='} {minimum:g}")
 
@@ -82,6 +86,8 @@ def seconds(minimum: float, *, above: bool = False) -> Callable[[Any], float]:
         number = numeric(value, what)
         if number < minimum or (above and number == minimum):
             raise expected(what, value)
+        if number > MAX_SECONDS:
+            raise expected(f"at most {MAX_SECONDS} seconds (ten years)", value)
         return float(number)
     return parse
 

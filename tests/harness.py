@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -113,6 +114,17 @@ def alive(pid: int) -> bool:
         return False
 
 
+def local_addresses(pid: int) -> list[tuple[str, int]]:
+    """The local (ip, port) of each TCP socket of a process (a Redis client's ``addr`` in
+    CLIENT LIST)."""
+    try:
+        p = psutil.Process(pid)
+        conns = p.net_connections("tcp") if hasattr(p, "net_connections") else p.connections()
+    except psutil.Error:
+        return []
+    return [(c.laddr.ip, c.laddr.port) for c in conns if c.laddr]
+
+
 def title(pid: int) -> str:
     """A process's title as ps shows it (setproctitle rewrites /proc/<pid>/cmdline)."""
     try:
@@ -129,6 +141,10 @@ def pid_alive(pid: int) -> bool:
     except psutil.NoSuchProcess:
         return False
 
+
+#: A worker's process title (titles.WorkerTitle): ``queued <version> [tag] worker <slot>: ...``,
+#: or with threads ``... worker <slot> [0 of 5 busy]``.
+WORKER_TITLE = re.compile(r"^queued \S+ (?:.* )?worker \d+(?:: | \[\d+ of \d+ busy\])")
 
 # What pip writes for the console script `queued` (setup.cfg entry point): run as a file, so
 # sys.path[0] is its own folder, not the working directory, as for an installed `queued`.
@@ -185,9 +201,62 @@ class Daemon:
                                      stdout=self.log, stderr=subprocess.STDOUT,
                                      env=self.environ(), cwd=self.cwd, start_new_session=True)
         if wait:
-            wait_for(lambda: len(self.worker_pids()) >= 1 and self.identity(), 15,
-                     what="daemon boot")
+            self.wait_up()
         return self
+
+    def wait_up(self, timeout=60.0) -> list[int]:
+        """Wait until the master is registered (its process hash) and every one of its
+        worker processes has started; the workers' pids. Waiting for one worker let
+        tests begin while the others were still forking: a push raced a worker that had not
+        blocked yet, a forked worker still held the master's listening socket. (60 s bounds
+        only a failure: a loaded 2-core box once took more than 20 s.)"""
+        try:
+            return wait_for(self._all_up, timeout, what="the daemon and all its workers up")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {self.describe()}") from None
+
+    def describe(self) -> str:
+        """What the daemon looks like now (for a failed wait): its identity, its children and
+        their titles, the end of its log."""
+        try:
+            children = psutil.Process(self.pid).children()
+        except psutil.NoSuchProcess:
+            children = []
+        kids = []
+        for c in children:
+            try:
+                kids.append((c.pid, c.status(), title(c.pid)))
+            except psutil.Error:
+                pass
+        return (f"master {self.pid} ({'running' if self.proc.poll() is None else 'exited'}, "
+                f"title {self.title()!r}), identity {self.identity()!r}, children {kids}; "
+                f"log ends:\n{self.output()[-3000:]}")
+
+    def _all_up(self) -> list[int] | None:
+        want = self.processes()
+        up = self.workers_up()
+        return up if want is not None and len(up) >= want else None
+
+    def processes(self) -> int | None:
+        """The worker processes the master says it runs (``processes`` in the ``info`` of its
+        process hash, whose ``concurrency`` is jobs at once: processes x threads), once it
+        has written one."""
+        ident = self.identity()
+        info = ident and self.r.hget(ident, "info")
+        return json.loads(info)["processes"] if info else None
+
+    def workers_up(self) -> list[int]:
+        """The pids of the master's workers that have started: a worker's title names its
+        slot (``queued 0.1 worker 1: idle``) once it has written its pid into its slot record
+        and made its fetcher (worker._init_process), which is what the master counts before
+        it tells systemd READY=1 (children.up). A child that is forked but not set up yet
+        still has the master's title."""
+        try:
+            children = psutil.Process(self.pid).children()
+        except psutil.NoSuchProcess:
+            return []
+        return [c.pid for c in children
+                if pid_alive(c.pid) and WORKER_TITLE.search(title(c.pid))]
 
     @property
     def pid(self) -> int:
@@ -198,6 +267,28 @@ class Daemon:
             if member.decode().split(":")[-2] == str(self.pid):
                 return member.decode()
         return None
+
+    def blocked_workers(self) -> list[int]:
+        """The pids of this daemon's workers waiting in Redis for work (a blocking fetch, or
+        the wait on their idle key while every queue is paused): their connection, found by
+        its address, has CLIENT LIST's flag ``b``."""
+        blocked = {c["addr"] for c in worker_connections(self.r, blocked=True)}
+        return [pid for pid in self.workers_up()
+                if any(f"{ip}:{port}" in blocked for ip, port in local_addresses(pid))]
+
+    def wait_idle(self, timeout=60.0) -> list[int]:
+        """Wait until every worker is up and waiting for work, and no other worker is left:
+        nothing changes now until a job arrives or the master wakes one. A worker that is
+        leaving (recycled, replaced) never blocks again, so it is gone by then."""
+        def idle():
+            up, blocked = self.workers_up(), self.blocked_workers()
+            want = self.processes()
+            return (want is not None and len(up) == want and sorted(blocked) == sorted(up)
+                    and (up or want == 0))
+        try:
+            return wait_for(idle, timeout, what="every worker up and waiting for work")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {self.describe()}") from None
 
     def worker_pids(self) -> list[int]:
         try:

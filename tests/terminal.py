@@ -34,7 +34,10 @@ if pid == 0:
     os.tcsetpgrp(0, os.getpid())
     signal.signal(signal.SIGTTOU, signal.SIG_DFL)  # as a shell leaves it for its jobs
     os.execv(sys.argv[1], sys.argv[1:])
-os.setpgid(pid, pid)
+try:
+    os.setpgid(pid, pid)  # (both sides, as a shell does: whichever runs first)
+except PermissionError:
+    pass  # EACCES: the child has exec'd already, having set its group itself (bash ignores it)
 while True:
     _, status = os.waitpid(pid, 0)
     if os.WIFEXITED(status) or os.WIFSIGNALED(status):
@@ -62,8 +65,7 @@ class TerminalDaemon(Daemon):
             os.close(slave)
         self._master_pid = wait_for(self._forked, 10, what="the shell to start queued")
         if wait:
-            wait_for(lambda: len(self.worker_pids()) >= 1 and self.identity(), 15,
-                     what="daemon boot")
+            self.wait_up()
         return self
 
     def _forked(self) -> int | None:

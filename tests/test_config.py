@@ -320,6 +320,9 @@ def test_embedded_redis_conflicts_with_redis_url(write):
     ("namespace: 'a b'", "namespace"),
     ("namespace: ''", "namespace"),
     ("job_timeout: -3", "job_timeout"),
+    ("job_timeout: 1e12", "job_timeout"),  # (past what setitimer takes: rt3 #2)
+    ("job_timeout: 1" + "0" * 400, "job_timeout"),
+    ("lease_timeout: 315360001", "lease_timeout"),
     ("timeout_grace: -1", "timeout_grace"),
     ("lease_timeout: 1", "lease_timeout"),
     ("prefetch: 0", "prefetch"),

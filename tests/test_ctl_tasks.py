@@ -5,7 +5,10 @@ tests/interop/test_task_sidekiq.py.)"""
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
+import select
 import subprocess
 import sys
 import time
@@ -17,7 +20,7 @@ from queued.task import Task
 from queued.tracking import Move
 
 from ctlrun import box_rows, ctl, ctl_env, ctl_json, ok, rows
-from harness import ROOT, wait_for
+from harness import ROOT, Monitor, wait_for
 from test_ctl import in_terminal
 
 KEYS = Keys()
@@ -125,14 +128,29 @@ def watch(task_id, url, *extra) -> subprocess.Popen:
                             env=ctl_env(), cwd=ROOT)
 
 
+def looked(monitor: Monitor, task: Task) -> int:
+    """How many times a client has read whether ``task`` is complete (Task.progress's HMGET of
+    its hash: what ``--watch`` does on each turn of its loop)."""
+    read = f"HMGET {KEYS.task(task.id)} sealed completed_at succeeded_at"
+    return sum(1 for addr, cmd in monitor.commands()
+               if not addr.startswith("lua") and cmd == read)
+
+
 def test_watch_waits_for_the_end_and_its_status_says_how_it_ended(producer, r, redis_url):
-    # Given two tasks of two jobs each, watched
+    # Given two tasks of two jobs each, watched, each watch having looked at its task once
+    # (so it saw it running: the jobs ended after that, and only its loop can see them end)
     good, bad = Task("good"), Task("bad")
     with good:
         g = Signup.perform_bulk([[1], [2]])
     with bad:
         b = Signup.perform_bulk([[1], [2]])
-    watchers = {good.id: watch(good.id, redis_url), bad.id: watch(bad.id, redis_url)}
+    monitor = Monitor(redis_url)
+    try:
+        watchers = {good.id: watch(good.id, redis_url), bad.id: watch(bad.id, redis_url)}
+        wait_for(lambda: looked(monitor, good) and looked(monitor, bad), 60,
+                 what="both watches to look at their tasks")
+    finally:
+        monitor.close()
     # When every job ends: all finished in one, one dead in the other
     for jid in g:
         move(r, good, jid, "finished")
@@ -142,7 +160,7 @@ def test_watch_waits_for_the_end_and_its_status_says_how_it_ended(producer, r, r
     # document on stdout, its progress lines on stderr (the last one: how it ended)
     docs = {}
     for tid, proc in watchers.items():
-        stdout, stderr = proc.communicate(timeout=30)
+        stdout, stderr = proc.communicate(timeout=60)
         lines = [LINE.match(line) for line in stderr.splitlines()]
         assert lines and all(lines), stderr
         docs[tid] = (proc.returncode, json.loads(stdout)["progress"]["finished"],
@@ -151,15 +169,56 @@ def test_watch_waits_for_the_end_and_its_status_says_how_it_ended(producer, r, r
                     bad.id: (1, 1, "complete, with failures", "2")}
 
 
+class OnTerminal:
+    """queuedctl with stdin, stdout and stderr on a pseudo-terminal, read while it runs."""
+
+    def __init__(self, args, url):
+        self.fd, slave = pty.openpty()
+        argv = [sys.executable, "-m", "queued.admin.ctl", "--redis", url, *args]
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
+                                     env=ctl_env(), cwd=ROOT)
+        os.close(slave)
+        self.seen = b""
+
+    def text(self) -> str:
+        """Everything written so far, without the terminal's colours and cursor moves."""
+        while select.select([self.fd], [], [], 0.02)[0]:
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                chunk = b""
+            if not chunk:
+                break
+            self.seen += chunk
+        return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", self.seen.decode("utf-8", "replace"))
+
+    def finish(self, timeout=60) -> tuple[int, str]:
+        status = self.proc.wait(timeout)
+        said = self.text()
+        os.close(self.fd)
+        return status, said
+
+
 def test_watch_on_a_terminal_draws_a_bar_that_reaches_100_percent(producer, r, redis_url):
+    # Given a task of three jobs, one finished, watched on a terminal
     task = Task("shown")
     with task:
         jids = Signup.perform_bulk([[i] for i in range(3)])
-    for jid in jids:
-        move(r, task, jid, "finished")
-    status, said = in_terminal(["task", task.id, "--watch"], b"", redis_url)
+    move(r, task, jids[0], "finished")
+    term = OnTerminal(["task", task.id, "--watch"], redis_url)
+    try:
+        # Then the bar shows one of three
+        wait_for(lambda: "1/3 final  33 %  running" in term.text(), 60, what="the bar at 1/3")
+        # When the other two finish, it redraws the bar at 100 % and returns 0
+        for jid in jids[1:]:
+            move(r, task, jid, "finished")
+        status, said = term.finish()
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+            term.proc.wait()
     assert status == 0
-    assert "3/3 final  100 %  succeeded" in said
+    assert "3/3 final  100 %  succeeded" in said.split("1/3 final  33 %  running", 1)[1]
 
 
 class Lines:

@@ -145,3 +145,89 @@ def test_a_push_names_its_database_when_the_transaction_is_on_another_one(site, 
         SeeOrder.set(after_commit="default").perform_async(2)
         assert r.keys("*") == []
     assert [json.loads(m)["args"] for m in r.lrange("queue:default", 0, -1)] == [[2]]
+
+
+# --- a task's jobs go with the task (red team rt3 #1) ---------------------------------------------
+#
+# The rule: inside a task's block a push is handed to the task at once, whatever its own
+# after_commit says; the task writes its jobs with itself, at once or at the commit its own
+# after_commit chooses. (Before, a push that waited for a commit reached a block already written:
+# the jid was returned and the job lost, the task complete with 0 jobs.)
+
+@pytest.fixture
+def other_db(site):
+    """A second database alias, "other", on the same PostgreSQL database (a connection and
+    transactions of its own), for this test."""
+    from django.db import connections
+    connections.settings["other"] = dict(connections.settings["default"])
+    yield "other"
+    if hasattr(connections._connections, "other"):
+        connections["other"].close()
+        del connections["other"]
+    del connections.settings["other"]
+
+
+def task_state(r, task):
+    """(the task exists, its total, the task ids carried by the jobs in queue:default)."""
+    found = queued.Task.find(task.id)
+    tasks = [json.loads(m).get("task_id") for m in r.lrange("queue:default", 0, -1)]
+    return (found is not None, found.progress()["total"] if found else None, tasks)
+
+
+@pytest.mark.parametrize("opened", ["default", "other"])
+@pytest.mark.parametrize("job_choice", [None, False, "default", "other"])
+@pytest.mark.parametrize("task_choice", [None, False, "default", "other"])
+@pytest.mark.parametrize("bulk", [False, True], ids=["push", "bulk"])
+def test_a_tasks_jobs_are_written_with_the_task_whatever_each_push_chose(
+        other_db, r, task_choice, job_choice, opened, bulk):
+    from django.db import transaction
+    from ledger.jobs import SeeOrder
+    # Given a transaction open on one database, and a task that waits for that database's
+    # commit or not (its after_commit: None means the default database)
+    waits = task_choice is not False and (task_choice or "default") == opened
+    with transaction.atomic(using=opened):
+        # When a job is pushed in the task's block with an after_commit of its own
+        with queued.Task("rt3-1", after_commit=task_choice) as task:
+            pusher = SeeOrder.set(after_commit=job_choice)
+            jids = pusher.perform_bulk([[1]]) if bulk else [pusher.perform_async(1)]
+        # Then before the commit, the job is in Redis exactly when its task is
+        assert len(jids) == 1 and len(jids[0]) == 24
+        assert task_state(r, task) == ((False, None, []) if waits else (True, 1, [task.id]))
+    # And after the commit the task has its one job, in the queue
+    assert task_state(r, task) == (True, 1, [task.id])
+    assert json.loads(r.lrange("queue:default", 0, -1)[0])["jid"] == jids[0]
+
+
+@pytest.mark.parametrize("job_choice", [None, False, "other"])
+@pytest.mark.parametrize("task_choice", [None, False, "other"])
+def test_a_rolled_back_tasks_jobs_go_with_it_and_a_task_written_at_once_keeps_them(
+        other_db, r, task_choice, job_choice):
+    from django.db import transaction
+    from ledger.jobs import SeeOrder
+    waits = task_choice is not False and (task_choice or "default") == "other"
+    with pytest.raises(Boom):
+        with transaction.atomic(using="other"):
+            with queued.Task("rt3-1 rollback", after_commit=task_choice) as task:
+                SeeOrder.set(after_commit=job_choice).perform_async(1)
+            raise Boom()
+    # a task that waited for the commit is gone with its job; one written at once keeps it
+    assert task_state(r, task) == ((False, None, []) if waits else (True, 1, [task.id]))
+    if waits:
+        assert r.keys("*") == []
+
+
+def test_the_red_teams_cases_lose_no_job(other_db, r):
+    from django.db import transaction
+    from ledger.jobs import SeeOrder
+    # A task that writes at once inside a transaction of the default database
+    with transaction.atomic():
+        with queued.Task("nocommit", after_commit=False) as task:
+            jid = SeeOrder.perform_async("row-1")
+    assert task_state(r, task) == (True, 1, [task.id])
+    assert queued.Task.find(task.id).job(jid)["status"] == "enqueued"
+    r.flushdb()
+    # A default task inside a transaction of another database, its push waiting for that one
+    with transaction.atomic(using="other"):
+        with queued.Task("billing") as task:
+            SeeOrder.set(after_commit="other").perform_async("invoice-1")
+    assert task_state(r, task) == (True, 1, [task.id])

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from queued.django.dbcheck import assess
+from queued.django.dbcheck import assess, assess_server
 from queued.django.project import Project, find
 from queued.errors import ConfigError
 from conftest import ROOT
@@ -56,6 +56,23 @@ def test_the_connections_the_workers_need_against_what_the_server_has():
         "server takes 100 (max_connections) - 3 reserved - 80 open now = 17 more"]
     # an unknown server limit (SQLite, Oracle...): nothing to say without a pool
     assert assess("default", 50, 1, None, None) == []
+
+
+def test_aliases_on_one_server_are_judged_together():
+    # 6 processes x 10 threads on two aliases: 120 at once, where each alone (60) fit in 97
+    assert assess_server([("default", None), ("replica", None)], 6, 10, 200, 3, 100) == [
+        "databases 'default' and 'replica' (one server): 6 process(es) x 20 connection(s) = "
+        "120 may be open at once, but the server takes 200 (max_connections) - 3 reserved - "
+        "100 open now = 97 more"]
+    assert assess("default", 6, 10, None, 200, 3, 100) == []
+    # a pool's note stays its alias's; the server's need adds each alias's own
+    assert assess_server([("a", {"max_size": 2}), ("b", None), ("c", None)], 2, 4, 20, 0,
+                         10) == [
+        "database 'a': its pool holds at most 2 connection(s) per process for 4 job "
+        "thread(s): jobs will wait for a connection",
+        "databases 'a', 'b' and 'c' (one server): 2 process(es) x 12 connection(s) = 24 may "
+        "be open at once, but the server takes 20 (max_connections) - 0 reserved - 10 open "
+        "now = 10 more"]  # (a's pool opens min_size 4 at least: 4 + 4 + 4 a process)
 
 
 def test_a_pool_counts_its_size_per_process_and_must_hold_every_thread():

@@ -234,8 +234,8 @@ def test_set_refuses_an_unknown_key_and_suggests_the_one_meant(default_client, r
     assert str(info.value) == (
         f"{__name__}.test_set_refuses_an_unknown_key_and_suggests_the_one_meant.<locals>."
         f"TJSetTypo.set(): unknown option {typo!r} (did you mean {meant!r}?); set() takes "
-        "backtrace, dead, jid, queue, retry, retry_queue, tags, timeout, wait, wait_until and "
-        "after_commit, "
+        "backtrace, dead, expires_in, jid, queue, retry, retry_queue, tags, timeout, "
+        "unique_for, unique_until, wait, wait_until and after_commit, "
         "and payload keys of your own as extra={...}")
     with pytest.raises(TypeError, match=f"unknown option {typo!r}"):
         TJSetTypo.set(queue="low").set(**{typo: 5})  # a chained set() too

@@ -363,6 +363,81 @@ def test_a_task_block_that_raises_pushes_nothing_and_an_inline_task_completes_at
     assert [c[0] for c in CALLS] == ["TTRegister", "TTAllGood"]
 
 
+class TTErrs(queued.Job):
+    def perform(self, sku):
+        CALLS.append(("TTErrs", sku))
+        if sku.startswith("bad"):
+            raise KeyError(sku)
+
+
+def test_an_inline_task_runs_every_job_when_one_fails_and_its_callback_then_raises_the_first(
+        no_redis):
+    # (before, the 2nd job's error left the block at once: the 3rd never ran, the task was
+    # never sealed, on_complete never ran: red team rt3 #6)
+    queued.testing.inline()
+    task = queued.Task("import", on_complete=TTDone, on_success=TTAllGood)
+    with pytest.raises(KeyError, match="bad-2"):
+        with task:
+            TTErrs.perform_bulk([["row-1"], ["bad-2"], ["row-3"], ["bad-4"]])
+    # Then every job ran, each error is final in the task, and on_complete ran (not
+    # on_success), before the first job's error came out of the block
+    assert [c[:2] for c in CALLS] == [("TTErrs", "row-1"), ("TTErrs", "bad-2"),
+                                      ("TTErrs", "row-3"), ("TTErrs", "bad-4"),
+                                      ("TTDone", task.id)]
+    progress = queued.Task.find(task.id).progress()
+    assert (progress["total"], progress["finished"], progress["error"], progress["complete"],
+            progress["success"]) == (4, 2, 2, True, False)
+    assert sorted(j["args"][0] for j in task.jobs("error")) == ["bad-2", "bad-4"]
+
+
+def test_an_inline_bulk_push_runs_every_job_and_raises_the_first_error(inline):
+    with pytest.raises(KeyError, match="bad-1"):
+        TTErrs.perform_bulk([["bad-1"], ["row-2"], ["bad-3"]])
+    assert [c[1] for c in CALLS] == ["bad-1", "row-2", "bad-3"]
+
+
+class TTExpiring(queued.Job):
+    queued_options = {"expires_in": 60}
+
+    @classmethod
+    def on_expired(cls, msg):
+        CALLS.append(("expired", msg["args"][0]))
+
+    def perform(self, n):
+        CALLS.append(("TTExpiring", n))
+
+
+def test_fake_and_inline_modes_never_run_an_expired_job(no_redis, monkeypatch):
+    # (drain() and inline pushes ran jobs past their expires_at: red team rt3 #7)
+    queued.testing.fake()
+    task = queued.Task("late")
+    with task:
+        TTExpiring.perform_async(1)
+    TTExpiring.perform_async(2)
+    TTExpiring.set(expires_in=3600).perform_async(3)
+    # When the drain comes after the deadline of the first two
+    later = time.time() + 120
+    with monkeypatch.context() as m:
+        m.setattr(time, "time", lambda: later)
+        assert TTExpiring.drain() == 1  # (only the one still in time ran)
+    # Then they were not run: their on_expired ran, they are listed as expired, and the
+    # task's job is a final error (class Expired), so the task is complete
+    assert CALLS == [("expired", 1), ("expired", 2), ("TTExpiring", 3)]
+    assert [m["args"] for m in queued.testing.expired] == [[1], [2]]
+    (record,) = task.jobs("error")
+    assert (record["args"], record["error"]["class"]) == ([1], "Expired")
+    assert queued.Task.find(task.id).progress()["complete"]
+    # And an inline push of a job already past its expires_at (another producer's payload)
+    CALLS.clear()
+    queued.testing.inline()
+    client_mod.default_client().push({"class": "TTExpiring", "args": [4],
+                                      "expires_at": time.time() - 100})
+    TTExpiring.perform_async(5)
+    assert CALLS == [("expired", 4), ("TTExpiring", 5)]
+    queued.testing.clear_all()
+    assert queued.testing.expired == []
+
+
 # --- periodic jobs -------------------------------------------------------------------------------
 
 class TTNightly(queued.Job):

@@ -38,14 +38,14 @@ class Sleeper:
             self.result = e
 
     def blocked(self, r) -> bool:
-        return any(c["id"] == str(self.client_id) and c["cmd"] == "blmove"
+        return any(c["id"] == str(self.client_id) and c["cmd"] == "blmove" and "b" in c["flags"]
                    for c in r.client_list())
 
     def announce(self, waker) -> None:
         """What a worker does once its BLMOVE is on its way (worker._announce_idle)."""
         os.write(waker.idle_w, b"\0")
 
-    def woken(self, timeout=2.0) -> bool:
+    def woken(self, timeout=10.0) -> bool:
         self.thread.join(timeout)
         return not self.thread.is_alive()
 
@@ -53,16 +53,38 @@ class Sleeper:
 @pytest.fixture
 def waker(r):
     w = Waker(r, K, QUEUES, Watch(2), horizon=5.0)
+    # Which keys' invalidation messages it has read (read_through waits on this)
+    w.keys_read = []
+    real = w._message
+
+    def reading(msg, now):
+        if isinstance(msg, list) and len(msg) == 3 and isinstance(msg[2], list):
+            w.keys_read.extend(msg[2])
+        return real(msg, now)
+    w._message = reading
     yield w
     w.close()
 
 
-def settle(waker, until, timeout=2.0):
+def settle(waker, until, timeout=10.0):
+    """Step the waker until ``until()`` (at most ``timeout`` seconds: only a failure waits
+    that long)."""
     deadline = time.monotonic() + timeout
     while not until() and time.monotonic() < deadline:
         waker.step()
         time.sleep(0.001)
     return until()
+
+
+def read_through(waker, r) -> None:
+    """Step the waker until it has read every invalidation message Redis sent it before now:
+    one more key under the watched prefix changes, and its message comes after theirs on the
+    same connection. (Stepping a few times for 40 ms passed whether or not a message had
+    arrived: a test that nothing happened could not fail.)"""
+    marker = K.queue(f"marker-{time.time_ns()}")
+    r.set(marker, 1)
+    assert settle(waker, lambda: marker.encode() in waker.keys_read), "the marker's message"
+    r.delete(marker)
 
 
 def test_a_push_to_an_unwatched_queue_wakes_a_blocked_worker(r, redis_url, waker):
@@ -87,7 +109,7 @@ def test_a_push_to_a_watched_queue_is_left_to_its_worker(r, redis_url, waker):
     r.lpush(K.queue("a"), b"job")
     assert sleeper.woken()
     assert sleeper.result == b"job"  # its own BLMOVE took it; nobody was unblocked
-    waker.step()
+    read_through(waker, r)
     assert waker.pending == {}
 
 
@@ -98,10 +120,8 @@ def test_a_pop_that_emptied_the_queue_wakes_nobody(r, redis_url, waker):
     sleeper.announce(waker)
     r.lpush(K.queue("b"), b"job")
     r.rpop(K.queue("b"))  # taken by someone before the master looked
-    for _ in range(20):
-        waker.step()
-        time.sleep(0.002)
-    assert sleeper.thread.is_alive() and waker.pending == {}
+    read_through(waker, r)
+    assert sleeper.blocked(r) and waker.pending == {}
     r.lpush(K.queue("a"), b"end")
     assert sleeper.woken()
 
@@ -113,25 +133,22 @@ def test_keys_of_other_queues_and_other_prefixes_are_ignored(r, redis_url, waker
     sleeper.announce(waker)
     r.lpush(K.queue("not-served"), b"job")
     r.lpush("queues-like-key", b"x")
-    for _ in range(20):
-        waker.step()
-        time.sleep(0.002)
-    assert sleeper.thread.is_alive() and waker.pending == {}
+    read_through(waker, r)
+    assert sleeper.blocked(r) and waker.pending == {}
     r.lpush(K.queue("a"), b"end")
     assert sleeper.woken()
 
 
 def test_a_worker_that_blocks_after_the_push_is_woken_when_it_says_so(r, redis_url, waker):
-    # Given a push to b while no worker is blocked (both busy)
+    # Given a push to b, read by the waker while no worker is blocked (both busy)
     waker.step()
     r.lpush(K.queue("b"), b"job")
-    assert settle(waker, lambda: waker.pending)
+    read_through(waker, r)  # (pending was not empty before: set up, it looks at every queue)
+    assert QUEUES.index("b") in waker.pending
     # When a worker blocks on a afterwards and says so through the idle pipe
     sleeper = Sleeper(redis_url, waker.watch, 1, "a")
     assert settle(waker, lambda: sleeper.blocked(r))
     sleeper.announce(waker)
-    import os
-    os.write(waker.idle_w, b"\0")
     # Then it is woken for the job on b
     assert settle(waker, lambda: sleeper.woken(0))
 

@@ -57,16 +57,18 @@ def page(browser, web, request):
     pg.on("console", lambda m: errors.append(f"console {m.type}: {m.text}")
           if m.type == "error" else None)
     pg.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-    pg.on("dialog", lambda d: d.accept())  # the confirmations of destructive buttons
+    dialogs: list[str] = []  # the questions asked (the confirmations of destructive buttons)
+    pg.on("dialog", lambda d: (dialogs.append(d.message), d.accept()))
     pg.console_errors = errors
+    pg.dialogs = dialogs
     yield pg
     context.close()
     assert errors == []
 
 
-def shot(page, name: str) -> None:
+def shot(page, name: str, full_page: bool = True) -> None:
     os.makedirs(SHOTS, exist_ok=True)
-    page.screenshot(path=os.path.join(SHOTS, f"{name}.png"), full_page=True)
+    page.screenshot(path=os.path.join(SHOTS, f"{name}.png"), full_page=full_page)
 
 
 def payload(jid, klass="Record", args=(), queue="default", **extra) -> bytes:
@@ -158,6 +160,13 @@ def test_live_graph_updates_as_jobs_run(page, daemon, producer, r):
     page.wait_for_function("() => document.getElementById('stat-processed').textContent === '30'")
     page.wait_for_function("() => Number(document.getElementById('live').dataset.maxProcessed) > 0")
     assert page.get_attribute("#live polyline.processed", "points") != ""
+    # on axes: jobs per second from 0 to a round number above the peak, seconds ago to now
+    y = [t.text_content() for t in page.query_selector_all("#live .y-label")]
+    peak = float(page.get_attribute("#live", "data-max-processed"))
+    ticks = [float(v.replace(",", "")) for v in y if v]
+    assert ticks[0] == 0 and ticks[-1] >= peak and len(ticks) >= 2
+    x = [t.text_content() for t in page.query_selector_all("#live .x-label") if t.text_content()]
+    assert x[0] == "now" and all(v.startswith("-") and v.endswith(" s") for v in x[1:])
     shot(page, "overview-live")
     # When paused, the status says so; resumed, it follows again
     page.click("#live-pause")
@@ -202,9 +211,13 @@ def test_bulk_delete_of_a_filtered_selection_deletes_exactly_the_matches(page, r
     page.wait_for_selector("#all-matches")
     assert page.locator("#jobs tbody tr").count() == 12
     shot(page, "dead-search")
+    # and the page says how many match in the whole set
+    page.wait_for_function("() => document.getElementById('match-count').dataset.total")
+    assert page.inner_text("#match-count") == "12 matches in 30 jobs"
     page.click("#all-matches button[value=delete]")
     page.wait_for_selector("p.flash")
-    # Then exactly those 12 are gone
+    # Then the question said how many, and exactly those 12 are gone
+    assert page.dialogs == ["Delete 12 jobs that match this search?"]
     assert page.inner_text("p.flash") == "deleted 12 jobs (every match)"
     left = {json.loads(m)["jid"] for m in r.zrange("dead", 0, -1)}
     assert left == {f"j{i}" for i in range(12, 30)}
@@ -214,7 +227,8 @@ def test_bulk_delete_of_a_filtered_selection_deletes_exactly_the_matches(page, r
     page.check("#jobs tbody tr[data-jid=j25] input[type=checkbox]")
     page.click("#selected button[value=delete]")
     page.wait_for_selector("p.flash")
-    # Then exactly those two are gone
+    # Then the question counted them, and exactly those two are gone
+    assert page.dialogs[-1] == "Delete 2 selected jobs?"
     left = {json.loads(m)["jid"] for m in r.zrange("dead", 0, -1)}
     assert left == {f"j{i}" for i in range(13, 30)} - {"j25"}
 
@@ -340,3 +354,317 @@ def minute_key(t):
 def histogram_key(klass, t):
     from queued.admin.metrics import histogram_key as key
     return key(klass, t)
+
+
+def test_limits_and_locks_pages_with_a_daemon_using_them(page, daemon, producer, r):
+    # Given a daemon whose job holds the only unit of a concurrent limiter while another is
+    # parked over its limit, a unique job pending, and a limiter whose name is a script
+    import limitjobs
+    import queued
+    d = daemon(concurrency=2, require=("limitjobs.py",))
+    holder = limitjobs.HoldsNever.perform_async("web")
+    wait_for(lambda: counts(r, limitjobs.RUNS).get(holder) == 1, 10, what="the holder")
+    limitjobs.WantsNever.perform_async("w")
+    wait_for(lambda: r.zcard("queued:limiter:{never}:parked") == 1, 10, what="the parked job")
+    unique = limitjobs.Unique.perform_in(3600, "web", None)
+    with queued.Limiter.window(SCRIPT_ARG, 3, 60):
+        pass
+    # When the Limits page is opened (from the menu)
+    page.goto("/")
+    page.click("nav a:text('Limits')")
+    page.wait_for_selector("#limiters")
+    # Then it shows the limiter in use, its over-limit job parked, the script as text
+    row = "#limiters tr[data-limiter=never]"
+    assert page.inner_text(f"{row} td.in-use") == "1"
+    assert page.inner_text(f"{row} td.parked") == "1"
+    assert page.inner_text(f"{row} td.overlimit") == "1"
+    assert SCRIPT_ARG in page.inner_text("#limiters")
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert "over-limit reschedules 1" in page.inner_text("#counters")
+    shot(page, "limits")
+    # And the unique locks page lists the pending job's lock; Give up releases it
+    page.click("#counters a")
+    page.wait_for_selector("#locks")
+    from queued.unique import digest as unique_digest
+    digest = unique_digest({"class": "Unique", "queue": "default", "args": ["web", None]})
+    lock_row = page.locator(f"#locks tr[data-digest='{digest}']")
+    assert lock_row.locator("td.jid").inner_text() == unique
+    shot(page, "locks")
+    lock_row.locator("button[value=release]").click()
+    page.wait_for_selector("p.flash")
+    assert page.inner_text("p.flash") == f"gave up the lock {digest}"
+    assert r.get(f"queued:unique:{digest}") is None
+    assert limitjobs.Unique.perform_in(3600, "web", None) is not None
+    r.set(limitjobs.GATE + "web", 1)
+    wait_for(lambda: len(counts(r, limitjobs.DONE)) == 2, 15, what="both limiter jobs done")
+    assert d.stop() == 0
+
+
+# --- on call (issue 20) -------------------------------------------------------------------------
+
+def bar(page) -> dict[str, str]:
+    return {el.get_attribute("id")[len("stat-"):]: el.inner_text()
+            for el in page.query_selector_all("#statsbar .value")}
+
+
+def test_the_stats_bar_is_on_every_page_and_each_figure_opens_its_page(page, r):
+    r.zadd("retry", {failed("r1"): time.time() + 60, failed("r2"): time.time() + 90})
+    r.zadd("dead", {failed("d1"): time.time()})
+    r.sadd("queues", "default")
+    r.lpush("queue:default", payload("q1"))
+    r.set("stat:processed", 12345)
+    want = {"processed": "12,345", "failed": "0", "busy": "0", "enqueued": "1",
+            "scheduled": "0", "retries": "2", "dead": "1", "processes": "0"}
+    for path in ("/", "/busy", "/queues", "/queues/default", "/scheduled", "/retries", "/dead",
+                 "/tasks", "/cron", "/job-metrics"):
+        page.goto(path)
+        assert bar(page) == want, path
+        assert page.inner_text("#footer .redis").startswith("redis://127.0.0.1:")
+    for figure, heading in (("retries", "Retries"), ("dead", "Dead"), ("enqueued", "Queues"),
+                            ("busy", "Busy"), ("processed", "Overview")):
+        page.goto("/cron")
+        page.click(f"#statsbar a.stat-{figure}")
+        page.wait_for_selector("main h1")
+        assert page.inner_text("main h1").startswith(heading), figure
+    # A message in a link is not the dashboard's: nothing is shown
+    page.goto("/queues?msg=All+jobs+retried%2C+nothing+to+do")
+    assert page.locator("p.flash").count() == 0
+
+
+CRON = {"schedule": {
+    "berlin_morning": {"cron": "0 9 * * * Europe/Berlin", "class": "Tick",
+                       "description": "reports at nine, Berlin time"},
+    "every_minute": {"cron": "0 * * * * *", "class": "Tick"},
+    "often": {"every": "30s", "class": "Tick", "enabled": False}}}
+
+
+def test_cron_page_lists_pushes_disables_and_enables(page, daemon, r):
+    # Given a master with three schedules (one in Berlin's time, one every 30 s, disabled)
+    daemon(require=("cronjobs.py",), concurrency=1, scheduler=CRON)
+    wait_for(lambda: r.exists("cron_job:often"), 10, what="the schedules in Redis")
+    page.goto("/cron")
+    rows = "#cron tbody tr"
+    assert page.locator(rows).count() == 5  # (and cronjobs.py's two @queued.periodic)
+    berlin = "#cron tr[data-name=berlin_morning]"
+    assert page.inner_text(f"{berlin} td.schedule") == "0 9 * * * Europe/Berlin"
+    assert page.inner_text(f"{berlin} td.zone") == "Europe/Berlin"
+    assert page.inner_text("#cron tr[data-name=often] td.schedule") == "every 30s"
+    assert page.inner_text("#cron tr[data-name=often] td.state") == "disabled"
+    shot(page, "cron")
+    # When every_minute is disabled (and the question confirmed)
+    minute = "#cron tr[data-name=every_minute]"
+    page.click(f"{minute} button[value=disable]")
+    page.wait_for_selector("p.flash")
+    # Then it is, on the page and in Redis
+    assert page.dialogs == ["Disable every_minute? No master pushes it until it is enabled "
+                            "again."]
+    assert page.inner_text(f"{minute} td.state") == "disabled"
+    assert page.inner_text(f"{minute} td.next") == "-"
+    assert r.hget("cron_job:every_minute", "status") == b"disabled"
+    # When Enqueue now is pressed on the disabled one, one run is pushed all the same
+    before = r.llen("queue:ticks")
+    page.click(f"{minute} button[value=enqueue]")
+    page.wait_for_selector("p.flash")
+    assert page.inner_text("p.flash").startswith("pushed Tick jid=")
+    assert r.llen("queue:ticks") == before + 1
+    shot(page, "cron-disabled")
+    # And enabled again, it has a next run
+    page.click(f"{minute} button[value=enable]")
+    page.wait_for_selector(f"{minute} .badge.ok")
+    assert page.inner_text(f"{minute} td.next") != "-"
+
+
+def test_queue_page_deletes_one_job_and_moves_ticked_ones_to_the_front(page, r):
+    r.sadd("queues", "default")
+    r.lpush("queue:default", *(payload(f"q{i}", args=[i]) for i in range(30)))
+
+    def order():
+        return [json.loads(j)["jid"] for j in reversed(r.lrange("queue:default", 0, -1))]
+    page.goto("/queues/default")
+    # When a row's own Delete is pressed (and confirmed)
+    page.click("#jobs tr[data-jid=q3] button[value^=delete]")
+    page.wait_for_selector("p.flash")
+    # Then exactly that job is gone
+    assert page.dialogs == ["Delete this job?"]
+    assert page.inner_text("p.flash") == "deleted 1 job"
+    assert order() == [f"q{i}" for i in range(30) if i != 3]
+    # When two rows are ticked and moved to the front
+    page.check("#jobs tr[data-jid=q10] input[type=checkbox]")
+    page.check("#jobs tr[data-jid=q12] input[type=checkbox]")
+    page.click("#selected button[value=run_next]")
+    page.wait_for_selector("p.flash")
+    # Then the question counted them, and they run next, in their order
+    assert page.dialogs[-1] == "Move 2 selected jobs to the front of default?"
+    assert page.inner_text("p.flash") == "moved 2 jobs to the front"
+    assert order()[:3] == ["q10", "q12", "q0"]
+    assert [t.get_attribute("data-jid") for t in page.query_selector_all("#jobs tbody tr")][:3] \
+        == ["q10", "q12", "q0"]
+    shot(page, "queue-actions")
+
+
+def test_times_show_the_browsers_local_time_on_hover(browser, web, r):
+    context = browser.new_context(base_url=web, timezone_id="Europe/Berlin", locale="en-GB")
+    try:
+        pg = context.new_page()
+        r.zadd("dead", {failed("t1"): 1764170505.0})  # 2025-11-26 15:21:45 UTC
+        pg.goto("/dead/1764170505.0/t1")
+        stamp = pg.locator("#job time").first
+        assert stamp.inner_text() == "2025-11-26 15:21:45 UTC"
+        # (16:21:45 in Berlin, an hour ahead in November)
+        assert stamp.get_attribute("title") == "your time: 26 Nov 2025, 16:21:45 CET"
+        pg.goto("/dead")
+        ago = pg.locator("#jobs tr[data-jid=t1] time")
+        assert ago.inner_text().endswith(" ago")
+        assert ago.get_attribute("title") == ("2025-11-26 15:21:45 UTC\n"
+                                              "your time: 26 Nov 2025, 16:21:45 CET")
+    finally:
+        context.close()
+
+
+def test_a_queue_named_by_bytes_that_are_not_utf8(page, r):
+    # Given a queue whose name is the bytes \xff\xfe (a producer may push there)
+    r.sadd("queues", b"\xff\xfe", "default")
+    r.lpush(b"queue:\xff\xfe", payload("odd1"), payload("odd2"))
+    page.goto("/queues")
+    odd = row("queues", "data-queue", "\\xff\\xfe")
+    assert page.inner_text(f"{odd} td a") == "\\xff\\xfe"
+    shot(page, "queues-not-utf8")
+    # When its link is clicked, Then its own page opens with its jobs
+    page.click(f"{odd} td a")
+    page.wait_for_selector("#jobs")
+    assert page.text_content("main h1 code") == "\\xff\\xfe"
+    assert page.locator("#jobs tbody tr").count() == 2
+    # When it is cleared from there, Then exactly it is
+    page.click("#queue-actions button[value=clear]")
+    page.wait_for_selector("p.flash")
+    assert page.dialogs == ["Delete all 2 jobs of queue \\xff\\xfe?"]
+    assert page.inner_text("p.flash") == "cleared \\xff\\xfe: 2 jobs deleted"
+    assert r.llen(b"queue:\xff\xfe") == 0 and r.smembers("queues") == {b"default"}
+
+
+LONG_QUEUE = "billing-" + "reconciliation-" * 8 + "eu-west-1"
+LONG_CLASS = "Billing::Enterprise::Invoices::" + "Reconciliation" * 5 + "Job"
+
+
+def test_long_names_and_a_set_of_100000_jobs_read_well(page, r):
+    # Given 100,000 dead jobs (1 in 50 of a long class name, with a long error), and a queue
+    # with a long name and long arguments
+    pipe = r.pipeline(transaction=False)
+    now = time.time()
+    for start in range(0, 100_000, 10_000):
+        pipe.zadd("dead", {failed(f"d{i:06}", LONG_CLASS if i % 50 == 0 else "Mail",
+                                  [i, "x" * 40],
+                                  ("Net::ReadTimeout", "Net::ReadTimeout with #<TCPSocket:(closed)> "
+                                   "after waiting 30 s for https://api.example.com/v2/invoices")
+                                  if i % 50 == 0 else ("KeyError", "'sku'")): now - i
+                           for i in range(start, start + 10_000)})
+    pipe.execute()
+    r.sadd("queues", LONG_QUEUE, "default")
+    r.lpush(f"queue:{LONG_QUEUE}", *(payload(f"L{i}", LONG_CLASS, ["a" * 300, {"k": i}],
+                                             LONG_QUEUE) for i in range(3)))
+    page.goto("/queues")
+    shot(page, "queues-long-names")
+    page.click(f"{row('queues', 'data-queue', LONG_QUEUE)} td a")
+    page.wait_for_selector("#jobs")
+    assert page.locator("#jobs tbody tr").count() == 3
+    shot(page, "queue-long-names")
+    # The dead set: 25 rows a page, then 100 as chosen
+    page.goto("/dead")
+    assert page.inner_text("main h1 small") == "100,000 jobs"
+    assert page.locator("#jobs tbody tr").count() == 25
+    assert "1-25 of 100,000" in page.inner_text(".pager")
+    shot(page, "dead-100k")
+    page.click(".pager .sizes a[data-size='100']")
+    page.wait_for_selector(".pager .sizes b.current")
+    assert page.inner_text(".pager .sizes b.current") == "100"
+    assert page.locator("#jobs tbody tr").count() == 100
+    # A search of it says its total
+    page.fill("#search input[name=class]", LONG_CLASS)
+    page.click("#search button[type=submit]")
+    page.wait_for_function("() => document.getElementById('match-count').dataset.total",
+                           timeout=30_000)
+    assert page.inner_text("#match-count") == "2,000 matches in 100,000 jobs"
+    # (a step reads until it has the chosen size of matches, or its budget of jobs read,
+    # and shows what it found; the next step keeps the size)
+    shown = page.locator("#jobs tbody tr").count()
+    assert shown > 0 and page.inner_text(".pager").startswith(f"{shown} matches shown")
+    assert "size=100" in page.get_attribute(".pager a[rel=next]", "href")
+    shot(page, "dead-100k-search", full_page=False)  # (the top: 100 rows make it long)
+    # Every match retried asks with the number first
+    page.click("#all-matches button[value=retry]")
+    page.wait_for_selector("p.flash", timeout=60_000)
+    assert page.dialogs == ["Retry 2,000 jobs that match this search now?"]
+    assert page.inner_text("p.flash") == "retried 2,000 jobs (every match)"
+    assert r.zcard("dead") == 98_000
+
+
+def test_task_page_with_failures_callbacks_and_actions(page, daemon, producer, r):
+    import queued
+    daemon(concurrency=2, require=DAEMON_REQUIRE)
+    task = queued.Task("promo 42: register 7 products", on_complete=taskjobs.TComplete,
+                       on_success=taskjobs.TSuccess)
+    with task:
+        for i in range(3):
+            taskjobs.TOk.perform_async(i)
+        for i in range(2):
+            taskjobs.TBusiness.perform_async(10 + i)
+        buried = [taskjobs.TBury.perform_async(20 + i) for i in range(2)]
+    wait_for(lambda: r.llen(taskjobs.CALLBACKS) == 1, 20, what="the on_complete callback")
+    page.goto(f"/tasks/{task.id}")
+    # Then it says it is complete, and how many failed: not an error badge alone
+    assert page.inner_text("#task-line .task-state") == "complete, 2 failed, 2 errors"
+    assert page.inner_text("#task-info td.completed").startswith(
+        time.strftime("%Y-%m-%d", time.gmtime()))
+    assert "pushed" in page.inner_text("#task-info tr[data-kind=on_complete]")
+    assert "not pushed" in page.inner_text("#task-info tr[data-kind=on_success]")
+    assert "price below cost" in page.inner_text("#records")
+    shot(page, "task-failures")
+    # Its finished jobs' messages
+    page.click("#task-line ~ .tabs a[data-state=finished]")
+    page.wait_for_selector("#records td.messages .message")
+    assert sorted(m.inner_text()[-4:] for m in page.query_selector_all("#records .message")) \
+        == ["ok 0", "ok 1", "ok 2"]
+    # A record's jid opens Find, which says where the job is now
+    page.goto(f"/tasks/{task.id}?state=error")
+    page.click(f"#records tr[data-jid='{buried[0]}'] a.jid")
+    page.wait_for_selector("#places")
+    assert page.locator("#places tr[data-where=dead]").count() == 1
+    assert page.locator("#places tr[data-where=task]").count() == 1
+    shot(page, "find")
+    # When its errors are retried (the question says how many), they run again
+    page.goto(f"/tasks/{task.id}")
+    page.click("#task-actions button[value=retry_errors]")
+    page.wait_for_selector("p.flash")
+    assert page.dialogs == ["Retry 2 jobs of this task now (0 waiting for a retry, 2 dead)?"]
+    wait_for(lambda: all(r.hget(taskjobs.RUNS, j) == b"2" for j in buried), 20,
+             what="the retried jobs to run again")
+    # When it is deleted, the browser is back on the list, without it
+    page.click("#task-delete button[value=delete]")
+    page.wait_for_selector("p.flash")
+    assert page.dialogs[-1] == (f"Delete task {task.id} and the records of its 7 jobs? Its "
+                                "jobs still waiting run outside any task; no callback is pushed.")
+    assert page.url.endswith("/tasks")
+    assert page.locator(f"#tasks tr[data-task='{task.id}']").count() == 0
+
+
+def test_each_queue_of_any_name_deletes_its_own_job_and_finds_the_other(page, r):
+    # Given queues whose names hold ? # % / .. and the empty name, two jobs each
+    for i, name in enumerate(URL_NAMES):
+        r.sadd("queues", name)
+        r.lpush(f"queue:{name}", payload(f"{i}-a", queue=name), payload(f"{i}-b", queue=name))
+    for i, name in enumerate(URL_NAMES):
+        # When its page's first row is deleted
+        page.goto("/queues")
+        page.click(f"{row('queues', 'data-queue', name)} td a")
+        page.click(f"#jobs tr[data-jid='{i}-a'] button[value^=delete]")
+        page.wait_for_selector("p.flash")
+        # Then exactly that job is gone, and the page is still that queue's
+        assert page.inner_text("p.flash") == "deleted 1 job"
+        assert page.text_content("main h1 code") == name
+        assert [json.loads(j)["jid"] for j in r.lrange(f"queue:{name}", 0, -1)] == [f"{i}-b"]
+        # and the other job's jid opens Find, whose queue link opens this queue again
+        page.click(f"#jobs tr[data-jid='{i}-b'] a.jid")
+        page.wait_for_selector("#places")
+        page.click("#places tr[data-where=queue] a")
+        page.wait_for_selector("#jobs")
+        assert page.text_content("main h1 code") == name

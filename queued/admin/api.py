@@ -22,15 +22,18 @@ from typing import Any
 import redis as redis_lib
 
 from ..connection import make_redis
-from ..keys import Keys
+from ..keys import COUNTERS, Keys
 from ..payload import job_class_name
 from .deadlimits import DeadLimits
 from .entries import Entry, Filter
 from .jobsets import JobSet
+from .limits import LimiterInfo, Limits
+from .locks import LockInfo, Locks
+from .names import name_of, to_key
 from .queues import Queue, latency_of
 
 __all__ = ["Admin", "Stats", "Process", "Running", "Queue", "QueueSummary", "JobSet", "Entry",
-           "Filter", "DeadLimits"]
+           "Filter", "DeadLimits", "Locks", "LockInfo", "Limits", "LimiterInfo"]
 
 #: A remote signal left unread for this long is dropped (Sidekiq's EXPIRE on the list).
 SIGNAL_TTL = 60
@@ -51,6 +54,9 @@ class Admin:
         self.scheduled = JobSet(redis, self.keys, "schedule", dead_limits)
         self.retries = JobSet(redis, self.keys, "retry", dead_limits)
         self.dead = JobSet(redis, self.keys, "dead", dead_limits)
+        #: unique jobs' locks and rate limiters (issue 21)
+        self.locks = Locks(redis, self.keys)
+        self.limits = Limits(redis, self.keys)
 
     def jobset(self, name: str) -> JobSet:
         """``scheduled``/``schedule``, ``retry``/``retries`` or ``dead`` by name."""
@@ -72,13 +78,13 @@ class Admin:
         pipe.scard(k.processes)
         pipe.lindex(k.queue("default"), -1)
         processed, failed, scheduled, retries, dead, procs, oldest = pipe.execute()
-        identities = [i.decode() for i in self.r.sscan_iter(k.processes)]
-        names = sorted(n.decode() for n in self.r.sscan_iter(k.queues))
+        identities = [name_of(i) for i in self.r.sscan_iter(k.processes)]
+        names = sorted(name_of(n) for n in self.r.sscan_iter(k.queues))
         pipe = self.r.pipeline(transaction=False)
         for identity in identities:
-            pipe.hget(k.process(identity), "busy")
+            pipe.hget(to_key(k.process(identity)), "busy")
         for name in names:
-            pipe.llen(k.queue(name))
+            pipe.llen(to_key(k.queue(name)))
         found = pipe.execute()
         sizes = dict(zip(names, (int(n) for n in found[len(identities):])))
         return Stats(processed=_int(processed), failed=_int(failed), scheduled_size=scheduled,
@@ -86,6 +92,13 @@ class Admin:
                      default_queue_latency=latency_of(oldest),
                      workers_size=sum(_int(b) for b in found[:len(identities)]),
                      enqueued=sum(sizes.values()), queues=sizes)
+
+    def counters(self) -> dict[str, int]:
+        """queued's own counts, all time: jobs dropped as ``expired``, ``overlimit``
+        reschedules, duplicate pushes dropped (``unique_dropped``) and duplicates put off as
+        they started (``unique_deferred``)."""
+        values = self.r.mget([self.keys.counter(name) for name in COUNTERS])
+        return {name: _int(v) for name, v in zip(COUNTERS, values)}
 
     def history(self, days: int = 7, start: float | None = None) -> list[tuple[str, int, int]]:
         """(UTC day, processed, failed) for ``days`` days back from ``start`` (today),
@@ -102,11 +115,11 @@ class Admin:
 
     def queues(self) -> list[Queue]:
         """Every queue in ``queues``, by name (Sidekiq's Queue.all)."""
-        return [Queue(self.r, self.keys, n.decode())
+        return [Queue(self.r, self.keys, name_of(n))
                 for n in sorted(self.r.sscan_iter(self.keys.queues))]
 
     def paused(self) -> list[str]:
-        return sorted(n.decode() for n in self.r.smembers(self.keys.paused))
+        return sorted(name_of(n) for n in self.r.smembers(self.keys.paused))
 
     def queue_summaries(self, now: float | None = None) -> list[QueueSummary]:
         """Every queue's size, latency and pause, by name, in three round trips however many
@@ -114,11 +127,11 @@ class Admin:
         queue is listed even when it has no jobs and so is not in ``queues`` yet."""
         now = time.time() if now is None else now
         paused = set(self.paused())
-        names = sorted({n.decode() for n in self.r.sscan_iter(self.keys.queues)} | paused)
+        names = sorted({name_of(n) for n in self.r.sscan_iter(self.keys.queues)} | paused)
         pipe = self.r.pipeline(transaction=False)
         for name in names:
-            pipe.llen(self.keys.queue(name))
-            pipe.lindex(self.keys.queue(name), -1)
+            pipe.llen(to_key(self.keys.queue(name)))
+            pipe.lindex(to_key(self.keys.queue(name)), -1)
         found = pipe.execute()
         return [QueueSummary(name, int(found[2 * i]), latency_of(found[2 * i + 1], now),
                              name in paused) for i, name in enumerate(names)]
@@ -127,10 +140,10 @@ class Admin:
     def processes(self) -> list[Process]:
         """Every live process (queued's and Sidekiq's) in ``processes``, by identity. A member
         whose record expired (it died without leaving) is skipped, not removed."""
-        identities = sorted(i.decode() for i in self.r.sscan_iter(self.keys.processes))
+        identities = sorted(name_of(i) for i in self.r.sscan_iter(self.keys.processes))
         pipe = self.r.pipeline(transaction=False)
         for identity in identities:
-            pipe.hmget(self.keys.process(identity), *_PROCESS_FIELDS)
+            pipe.hmget(to_key(self.keys.process(identity)), *_PROCESS_FIELDS)
         out = []
         for identity, values in zip(identities, pipe.execute()):
             if values[0] is not None:
@@ -153,7 +166,7 @@ class Admin:
         procs = self.processes()
         pipe = self.r.pipeline(transaction=False)
         for p in procs:
-            pipe.hgetall(self.keys.workers(p.identity))
+            pipe.hgetall(to_key(self.keys.workers(p.identity)))
         out = []
         for p, work in zip(procs, pipe.execute()):
             for tid, value in sorted(work.items()):
@@ -284,7 +297,7 @@ class Process:
         process reads it on its next heartbeat (a minute at most, then dropped)."""
         if signal_name not in ("TSTP", "USR1", "TERM", "TTIN"):
             raise ValueError(f"not a remote signal: {signal_name!r} (TSTP, TERM or TTIN)")
-        key = self.admin.keys.signals(self.identity)
+        key = to_key(self.admin.keys.signals(self.identity))
         pipe = self.admin.r.pipeline(transaction=True)
         pipe.lpush(key, signal_name)
         pipe.expire(key, SIGNAL_TTL)

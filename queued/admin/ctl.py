@@ -31,7 +31,7 @@ from .. import __version__, config as config_mod
 from ..connection import client_from_url
 from ..errors import ConfigError
 from ..redisopts import mask_url
-from . import cron, ctlcmds, ctljobs, ctloncall, ctlprocs, ctltasks, ctlweb
+from . import cron, ctlcmds, ctljobs, ctllimits, ctloncall, ctlprocs, ctltasks, ctlweb
 from . import ctlout as out
 from .ctlout import INSTALL_HINT, NeedRich, require_rich
 from .deadlimits import DeadLimits
@@ -40,13 +40,13 @@ EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 #: In the order of --help.
 COMMANDS = [*ctlcmds.COMMANDS, *ctljobs.COMMANDS, *ctloncall.COMMANDS, *ctltasks.COMMANDS,
-            *ctlprocs.COMMANDS, *cron.COMMANDS, *ctlweb.COMMANDS]
+            *ctlprocs.COMMANDS, *cron.COMMANDS, *ctllimits.COMMANDS, *ctlweb.COMMANDS]
 
 DESCRIPTION = """\
 Look after the jobs and processes of queued (and Sidekiq) on one Redis: stats, queues,
 the scheduled/retry/dead sets, what is failing (errors), where a job is (find), tasks,
-periodic jobs, running processes; retry, delete or kill jobs in bulk; pause queues; quiet,
-stop or dump processes; a health probe."""
+periodic jobs, running processes, rate limiters, unique locks; retry, delete or kill jobs in
+bulk; pause queues; quiet, stop or dump processes; a health probe."""
 
 EPILOG = """\
 Redis, by the rule the daemon uses: --redis URL, else $REDIS_URL, else the config file's

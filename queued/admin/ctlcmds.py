@@ -91,10 +91,11 @@ def json_flag(p: argparse.ArgumentParser) -> None:
 def run_stats(ctx: Context, args) -> int:
     s = ctx.admin.stats()
     queues = ctx.admin.queue_summaries(ctx.now)
+    c = ctx.admin.counters()
     doc = {"processed": s.processed, "failed": s.failed, "enqueued": s.enqueued,
            "scheduled": s.scheduled_size, "retries": s.retry_size, "dead": s.dead_size,
            "processes": s.processes_size, "busy": s.workers_size,
-           "default_latency": s.default_queue_latency,
+           "default_latency": s.default_queue_latency, **c,
            "queues": {q.name: {"size": q.size, "latency": q.latency, "paused": q.paused}
                       for q in queues},
            "time": ctx.now}
@@ -106,7 +107,10 @@ def run_stats(ctx: Context, args) -> int:
         ("Enqueued", out.count(s.enqueued)), ("Scheduled", out.count(s.scheduled_size)),
         ("Retries", out.count(s.retry_size)), ("Dead", out.count(s.dead_size)),
         ("Processes", out.count(s.processes_size)), ("Busy", out.count(s.workers_size)),
-        ("Default latency", out.duration(s.default_queue_latency))])
+        ("Default latency", out.duration(s.default_queue_latency)),
+        ("Expired", out.count(c["expired"])), ("Over limit", out.count(c["overlimit"])),
+        ("Duplicates dropped", out.count(c["unique_dropped"])),
+        ("Duplicates put off", out.count(c["unique_deferred"]))])
     if out.lines_only():
         out.say("")  # (the queues' header follows the numbers)
     _queue_table(queues)
@@ -276,7 +280,9 @@ COMMANDS = [
     Command("stats", "processed, failed, enqueued, scheduled, retries, dead, processes, "
             "busy; each queue's size and latency", run_stats, json_flag, tables=True,
             description="The numbers Sidekiq::Stats gives on the same Redis, and every "
-            "queue's size, latency and pause.",
+            "queue's size, latency and pause; and queued's own counts: jobs dropped as "
+            "expired, over-limit reschedules, duplicate unique jobs dropped at their push "
+            "or put off as they started.",
             epilog="examples:\n  queuedctl stats\n  queuedctl stats --json | jq .dead"),
     Command("queues", "every queue: size, latency (the oldest job's wait), paused",
             run_queues, json_flag, tables=True,

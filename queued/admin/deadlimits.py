@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import redis as redis_lib
 
 from ..keys import Keys
+from .names import name_of, to_key
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def published(r: redis_lib.Redis, keys: Keys) -> DeadLimits | None:
         return None
     pipe = r.pipeline(transaction=False)
     for identity in identities:
-        pipe.hget(keys.process(identity.decode()), "info")
+        pipe.hget(to_key(keys.process(name_of(identity))), "info")
     found = [_bounds(info) for info in pipe.execute()]
     found = [b for b in found if b is not None]
     if not found:

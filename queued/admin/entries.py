@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from .. import activejob
 from ..payload import job_class_name, to_epoch
+from ..tracking import TASK_FIELD
 
 _PLAIN = re.compile(r"[A-Za-z0-9_.@-]+")
 #: What a backtrace may inflate to (the blob is data from Redis, not trusted).
@@ -122,25 +123,28 @@ class Filter:
     """What to pick jobs by; every given criterion must hold. ``klass``: the class or the
     shown (ActiveJob wrapped) class, exactly; ``queue``: exactly; ``error``: a substring of
     error_class or error_message, any case; ``arg``: a substring of the arguments as JSON;
-    ``jids``: one of these jids."""
+    ``jids``: one of these jids; ``task``: a job of this task (its payload's ``task_id``)."""
 
     klass: str | None = None
     queue: str | None = None
     error: str | None = None
     arg: str | None = None
     jids: frozenset[str] | None = None
+    task: str | None = None
 
     @classmethod
     def of(cls, *, klass=None, queue=None, error=None, arg=None,
-           jids: Iterable[str] | None = None) -> Filter:
-        return cls(klass, queue, error, arg, frozenset(jids) if jids else None)
+           jids: Iterable[str] | None = None, task: str | None = None) -> Filter:
+        return cls(klass, queue, error, arg, frozenset(jids) if jids else None, task)
 
     def __bool__(self) -> bool:
         return any(v is not None for v in (self.klass, self.queue, self.error, self.arg,
-                                           self.jids))
+                                           self.jids, self.task))
 
     def matches(self, entry: Entry) -> bool:
         if self.jids is not None and entry.jid not in self.jids:
+            return False
+        if self.task is not None and entry._get(TASK_FIELD) != self.task:
             return False
         if self.klass is not None and self.klass not in (entry.klass, entry._get("class")):
             return False
@@ -157,9 +161,11 @@ class Filter:
 
     def pattern(self) -> str | None:
         """A ZSCAN/SCAN MATCH pattern every matching member fits (it narrows what Redis
-        sends), or None: the jid when there is one, else the argument text or the class."""
+        sends), or None: the jid when there is one, else the task's id, else the argument text."""
         if self.jids is not None and len(self.jids) == 1:
             return f"*{_glob_escape(next(iter(self.jids)))}*"
+        if self.task is not None and _PLAIN.fullmatch(self.task):
+            return f"*{self.task}*"
         # Only text every JSON encoder writes the same way (no quotes, escapes, slashes,
         # separators or spaces, whose spelling varies from producer to producer).
         if self.arg is not None and _PLAIN.fullmatch(self.arg):
@@ -169,17 +175,25 @@ class Filter:
 
 def backtrace_lines(blob: Any) -> list[str]:
     """Sidekiq's ``error_backtrace``: base64 of zlib of a JSON list of lines (Sidekiq 6+ and
-    queued), or the list itself (before 6.0). One that cannot be read says so in one line."""
+    queued), or the list itself (before 6.0). The blob is data from Redis, not trusted: it is
+    inflated to BACKTRACE_MAX at most (a zip bomb is cut there and said to be too large), and
+    one that cannot be read (not base64, not zlib, a cut stream, not a JSON list, nested past
+    what the parser recurses into) says so in one line."""
     if isinstance(blob, list):
         return [str(line) for line in blob]
     if not isinstance(blob, str) or not blob:
         return []
     try:
-        raw = zlib.decompressobj().decompress(base64.b64decode(blob), BACKTRACE_MAX)
-        lines = json.loads(raw)
-    except (binascii.Error, zlib.error, ValueError):
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(base64.b64decode(blob), BACKTRACE_MAX)
+        if inflater.unconsumed_tail:
+            return [f"(the backtrace is larger than {BACKTRACE_MAX >> 20} MiB: not shown)"]
+        lines = json.loads(raw) if inflater.eof else None  # (not eof: a cut stream)
+    except (binascii.Error, zlib.error, ValueError, RecursionError):
         return ["(the backtrace could not be read)"]
-    return [str(line) for line in lines] if isinstance(lines, list) else []
+    if not isinstance(lines, list):
+        return ["(the backtrace could not be read)"]
+    return [str(line) for line in lines]
 
 
 def _glob_escape(text: str) -> str:

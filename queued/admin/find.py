@@ -24,6 +24,7 @@ from ..task import Task
 from ..tracking import task_id_of
 from .api import Admin
 from .entries import Entry
+from .names import name_of, to_key
 
 FIND_IN_LIST = Script(os.path.join(os.path.dirname(__file__), "lua"), "find_in_list")
 
@@ -72,10 +73,10 @@ def locate(admin: Admin, jid: str, now: float | None = None) -> list[Place]:
 # --- queues ---------------------------------------------------------------------------------------
 
 def _in_queues(admin: Admin, jid: str) -> list[Place]:
-    names = {n.decode() for n in admin.r.sscan_iter(admin.keys.queues)} | set(admin.paused())
+    names = {name_of(n) for n in admin.r.sscan_iter(admin.keys.queues)} | set(admin.paused())
     found = []
     for name in sorted(names):
-        hit = _in_list(admin, admin.keys.queue(name), jid, f"queue:{name}")
+        hit = _in_list(admin, to_key(admin.keys.queue(name)), jid, f"queue:{name}")
         if hit is not None:
             entry, index, length = hit
             found.append(Place("queue", entry, queue=name, position=length - index,
@@ -136,10 +137,10 @@ def _reserved(admin: Admin, jid: str, running_on: set[str | None]) -> list[Place
     pipe = admin.r.pipeline(transaction=False)
     for identity, slots, queues in _masters(admin):
         for slot in range(slots):
-            pipe.zrange(keys.reserved(identity, slot), 0, -1)
+            pipe.zrange(to_key(keys.reserved(identity, slot)), 0, -1)
             where.append((identity, slot, None))
             for queue in queues:
-                pipe.lrange(keys.landing(identity, slot, queue), 0, -1)
+                pipe.lrange(to_key(keys.landing(identity, slot, queue)), 0, -1)
                 where.append((identity, slot, queue))
     for (identity, slot, landing), members in zip(where, pipe.execute() if where else []):
         if identity in running_on:
@@ -163,7 +164,8 @@ def _masters(admin: Admin) -> list[tuple[str, int, list[str]]]:
     for identity, value in admin.r.hgetall(admin.keys.masters).items():
         try:
             desc = json.loads(value)
-            out.append((identity.decode(), int(desc["slots"]), [str(q) for q in desc["queues"]]))
+            out.append((name_of(identity), int(desc["slots"]),
+                        [str(q) for q in desc["queues"]]))
         except (ValueError, KeyError, TypeError):
             continue  # (an unreadable registration: recovery.py logs it)
     return sorted(out)
@@ -188,10 +190,10 @@ def _in_tasks(admin: Admin, jid: str, places: list[Place]) -> list[Place]:
 
 
 def _tasks_holding(admin: Admin, jid: str) -> list[str]:
-    ids = [i.decode() for i in admin.r.zrange(admin.keys.tasks, 0, -1)]
+    ids = [name_of(i) for i in admin.r.zrange(admin.keys.tasks, 0, -1)]
     if not ids:
         return []
     pipe = admin.r.pipeline(transaction=False)
     for task_id in ids:
-        pipe.hexists(admin.keys.task_keys(task_id)[7], jid)  # the records: jid -> record
+        pipe.hexists(to_key(admin.keys.task_keys(task_id)[7]), jid)  # the records: jid -> record
     return [task_id for task_id, held in zip(ids, pipe.execute()) if held]

@@ -23,6 +23,7 @@ from ..keys import Keys
 from . import deadlimits
 from .deadlimits import DeadLimits
 from .entries import Entry, Filter
+from .locks import release_removed, release_taken
 from .snapshot import Snapshot
 from .taskmarks import mark_removed, mark_taken
 
@@ -128,10 +129,12 @@ class JobSet:
 
     def clear(self) -> int:
         """The whole set, in one step, as Sidekiq's clear does; the number it held. Its task
-        jobs are told afterwards (a dead one is final there already)."""
+        jobs are told afterwards (a dead one is final there already), and its unique jobs'
+        locks given up."""
         with Snapshot(self.r, self.keys, self.key, "zset", take=True) as snap:
-            if self.name != "dead":
+            if self.name != "dead":  # (a dead job's unique lock went at its death)
                 mark_taken(self.r, self.keys, snap, self.name, WHERE[self.name])
+                release_taken(self.r, self.keys, snap)
         return snap.count
 
     def kill_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
@@ -179,12 +182,14 @@ class JobSet:
             data, queue = self._written(action, entry, now, score)
             keys.append(self.keys.queue(queue) if action == "queue" else self.key)
             args += [entry.raw, data, queue]
-        done, left, tasks = MOVE(self.r, keys, args)
+        done, left, tasks, uniques = MOVE(self.r, keys, args)
         # A job deleted from dead is final in its task already: its record keeps the error
         # it died with (taskmarks.py).
         if tasks and action in ("delete", "dead") and self.name != "dead":
             mark_removed(self.r, self.keys, [entries[i - 1] for i in tasks], action,
                          WHERE[self.name])
+        if uniques and action in ("delete", "dead"):
+            release_removed(self.r, self.keys, [entries[i - 1] for i in uniques])
         return [int(done), int(left)]
 
     def _written(self, action: str, entry: Entry, now: float, score: float):

@@ -18,6 +18,7 @@ from .. import metricskeys
 from ..keys import Keys
 from ..metricskeys import FIELD_FAILED, FIELD_MS, FIELD_PROCESSED, histogram_key, minute_key, \
     rollup_key
+from .names import name_of, to_key
 
 # --- the layout ---------------------------------------------------------------------------------
 # Sidekiq 8's layout, from queued/metricskeys.py (the daemon writes it, and Sidekiq 7's beside it):
@@ -120,7 +121,7 @@ class MetricsReader:
         classes: dict[str, ClassMetrics] = {}
         for fields in found:
             for k, v in fields.items():
-                klass, _, metric = k.decode("utf-8", "replace").rpartition("|")
+                klass, _, metric = name_of(k).rpartition("|")
                 if klass:
                     classes.setdefault(klass, ClassMetrics(klass)).add(metric, _int(v))
         ordered = sorted(classes.values(), key=lambda c: (-c.processed, c.klass))
@@ -134,7 +135,7 @@ class MetricsReader:
         step = 60 if hours <= MINUTE_TTL_HOURS else 600
         times = self._windows(hours, now, step)
         name = minute_key if step == 60 else rollup_key
-        fields = [f"{klass}|{m}" for m in (FIELD_PROCESSED, FIELD_FAILED, FIELD_MS)]
+        fields = [to_key(f"{klass}|{m}") for m in (FIELD_PROCESSED, FIELD_FAILED, FIELD_MS)]
         pipe = self.r.pipeline(transaction=False)
         for t in times:
             pipe.hmget(self.ns + name(t), fields)
@@ -150,7 +151,8 @@ class MetricsReader:
         hours = min(max(int(hours), 1), MINUTE_TTL_HOURS)
         pipe = self.r.pipeline(transaction=False)
         for t in self._windows(hours, now, 60):
-            pipe.execute_command("BITFIELD_RO", self.ns + histogram_key(klass, t), *_FETCH)
+            pipe.execute_command("BITFIELD_RO", to_key(self.ns + histogram_key(klass, t)),
+                                 *_FETCH)
         total = [0] * len(LABELS)
         for counts in pipe.execute():
             for i, n in enumerate(counts or ()):

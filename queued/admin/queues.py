@@ -5,18 +5,26 @@ fetch round (the daemon watches the set and wakes its idle workers when it chang
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Callable, Iterator
 
 import redis as redis_lib
 
+from ..connection import Script
 from ..payload import to_epoch
 from ..keys import Keys
 from .entries import Entry, Filter
+from .locks import release_removed, release_taken
+from .names import to_key
 from .snapshot import Snapshot
 from .taskmarks import mark_removed, mark_taken
 
 Progress = Callable[[int, int], None]  # (examined so far, removed so far)
+FRONT = Script(os.path.join(os.path.dirname(__file__), "lua"), "queue_front")
+#: How far behind its place on a page a job is looked for first (jobs only move toward the
+#: front as workers take the ones ahead of it).
+LOCATE_WINDOW = 1000
 
 
 class Queue:
@@ -24,7 +32,9 @@ class Queue:
         self.r = r
         self.keys = keys
         self.name = name
-        self.key = keys.queue(name)
+        # bytes: a name that is not UTF-8 addresses its own key (names.py)
+        self.key = to_key(keys.queue(name))
+        self.member = to_key(name)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name}>"
@@ -39,21 +49,23 @@ class Queue:
         return latency_of(oldest, now)
 
     def paused(self) -> bool:
-        return bool(self.r.sismember(self.keys.paused, self.name))
+        return bool(self.r.sismember(self.keys.paused, self.member))
 
     def pause(self) -> bool:
         """Workers stop taking jobs from it (its jobs stay put). False if it was paused."""
-        return self.r.sadd(self.keys.paused, self.name) == 1
+        return self.r.sadd(self.keys.paused, self.member) == 1
 
     def unpause(self) -> bool:
-        return self.r.srem(self.keys.paused, self.name) == 1
+        return self.r.srem(self.keys.paused, self.member) == 1
 
     def clear(self) -> int:
         """Drop every job of the queue and the queue from ``queues``, in one step (Sidekiq's
-        Queue#clear); the number of jobs it held. Its task jobs are told afterwards."""
+        Queue#clear); the number of jobs it held. Its task jobs are told afterwards, and its
+        unique jobs' locks given up."""
         with Snapshot(self.r, self.keys, self.key, "list", take=True,
-                      also=lambda pipe: pipe.srem(self.keys.queues, self.name)) as snap:
+                      also=lambda pipe: pipe.srem(self.keys.queues, self.member)) as snap:
             mark_taken(self.r, self.keys, snap, self.source, f"queue {self.name}")
+            release_taken(self.r, self.keys, snap, self.name)
         return snap.count
 
     def page(self, offset: int = 0, limit: int = 25) -> list[Entry]:
@@ -92,11 +104,36 @@ class Queue:
     def find(self, jid: str) -> Entry | None:
         return next(self.scan(Filter.of(jids=[jid]), limit=1), None)
 
+    def locate(self, match: Callable[[bytes], bool], hint: int = 0,
+               batch: int = 1000) -> Entry | None:
+        """The job whose stored bytes ``match``: looked for first about where a page showed it
+        (``hint``: its place then, 0 the next to run; it is there still, or nearer the front
+        as workers take the jobs ahead), then in the whole queue, ``batch`` at a time."""
+        near = self.r.lrange(self.key, -hint - 2, -max(hint - LOCATE_WINDOW, 0) - 1)
+        for raw in reversed(near):
+            if match(raw):
+                return Entry(raw, None, self.source)
+        start = 0
+        while True:
+            rows = self.r.lrange(self.key, start, start + batch - 1)
+            for raw in rows:
+                if match(raw):
+                    return Entry(raw, None, self.source)
+            if len(rows) < batch:
+                return None
+            start += batch
+
+    def run_next(self, entry: Entry) -> bool:
+        """Move this waiting job (these exact bytes) to the front: the next a worker takes.
+        False if it is no longer there (taken, deleted)."""
+        return FRONT(self.r, [self.key], [entry.raw]) == 1
+
     def delete(self, entry: Entry) -> bool:
         """Remove this job (these exact bytes) from the queue, if it is still there."""
         if self.r.lrem(self.key, 1, entry.raw) != 1:
             return False
         mark_removed(self.r, self.keys, [entry], "delete", f"queue {self.name}")
+        release_removed(self.r, self.keys, [entry])
         return True
 
     def delete_all(self, where: Filter | None = None, progress: Progress | None = None,
@@ -126,8 +163,9 @@ class Queue:
         for entry in entries:
             pipe.lrem(self.key, 1, entry.raw)
         removed = pipe.execute()
-        mark_removed(self.r, self.keys, [e for e, n in zip(entries, removed) if n], "delete",
-                     f"queue {self.name}")
+        gone = [e for e, n in zip(entries, removed) if n]
+        mark_removed(self.r, self.keys, gone, "delete", f"queue {self.name}")
+        release_removed(self.r, self.keys, gone)
         return sum(removed)
 
     @property

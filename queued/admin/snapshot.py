@@ -47,8 +47,10 @@ class Snapshot:
     def __enter__(self) -> Snapshot:
         kind = self.r.type(self.source).decode()
         if kind not in ("none", self.kind):
+            shown = (self.source.decode("utf-8", "backslashreplace")
+                     if isinstance(self.source, bytes) else self.source)
             raise redis_lib.ResponseError(
-                f"WRONGTYPE {self.source} holds a {kind}, not a {self.kind}: left as it is")
+                f"WRONGTYPE {shown} holds a {kind}, not a {self.kind}: left as it is")
         pipe = self.r.pipeline(transaction=True)
         pipe.zcard(self.source) if self.kind == "zset" else pipe.llen(self.source)
         if self.take:

@@ -8,7 +8,8 @@ middleware, then the write to Redis) runs in ``transaction.on_commit``: never if
 transaction rolls back (a savepoint rolled back drops the pushes made inside it, as Django
 drops its callbacks). ``Job.set(after_commit=False)`` pushes at once; ``after_commit="other"``
 waits for the transaction of the database ``other`` instead of the default one. A task's
-writes (``queued.Task``) wait the same way.
+writes (``queued.Task``) wait the same way, by the task's own ``after_commit``; inside a task's
+block a push goes with its task, whatever its own ``after_commit`` (client.Client.push).
 
 The check costs one attribute read per push (``in_atomic_block`` of this thread's connection
 to the database; no query, no connection opened). Outside an ``atomic`` block, and under

@@ -368,6 +368,11 @@ class Fetcher:
             found = []
         return ", ".join(found) or "a callback's queue key"
 
+    def run_script(self, script, keys: list, args: list):
+        """One script call on the worker's connection, its reply awaited (issue 21's guards:
+        a unique job's lock at its start, an over-limit job's wake time)."""
+        return self._script(script, keys, args)
+
     def _script(self, script, keys, args, with_acks: bool = True):
         try:
             return self._call(*script.command(keys, args), with_acks=with_acks)

@@ -25,8 +25,9 @@ from .. import events
 from .. import ops, tracking
 from . import retry
 from .. import payload as codec
-from ..errors import JobFailed, PayloadError, UnknownJobClass
+from ..errors import JobFailed, OverLimit, PayloadError, UnknownJobClass
 from .fetch import GONE, REFUSED, Reservation
+from .guards import Guards
 
 log = logging.getLogger("queued.worker")
 
@@ -56,6 +57,8 @@ class Outcomes:
                               tracking.Move | None]] = []
         self._lock = threading.Lock()
         self.next_held_retry = 0.0
+        #: expiring, unique and over-limit jobs (issue 21): each call behind a dict lookup
+        self.guards = Guards(keys, ends, self._record)
 
     # --- the end of a run ------------------------------------------------------------------------
     def end(self, res: Reservation, msg: dict, cls, error: BaseException | None,
@@ -70,6 +73,8 @@ class Outcomes:
             self._buried(res, msg, error.reason, task_id)
         elif isinstance(error, JobFailed):
             self._job_failed(res, msg, error, task_id)
+        elif isinstance(error, OverLimit) and self.guards.overlimit(res, msg, error, task_id):
+            pass  # rescheduled, no failure (past its limiter's reschedule: the retry path)
         else:
             self._failed(res, msg, cls, error, task_id)
             return "after_failed"
@@ -77,6 +82,8 @@ class Outcomes:
 
     def _succeeded(self, res: Reservation, msg: dict, task_id: str | None) -> None:
         claimed = self._claimed(res, True)
+        if claimed is not None and "unique_for" in msg:
+            self.guards.succeeded(msg)  # its lock goes before its ack (guards.py says why)
         if claimed is None:
             pass
         elif task_id is None:
@@ -88,6 +95,8 @@ class Outcomes:
                     task_id: str | None) -> None:
         """A business failure (queued.JobFailed): never retried. A job of a task ends there,
         failed, with the reason; any other goes to dead, where an operator sees it."""
+        if "unique_for" in msg:
+            self.guards.ended_for_good(msg)
         if task_id is None:
             outcome = retry.failed_for_good(msg, error, res.queue)
             log.warning("failed: %s -> dead (JobFailed is not retried)", error.reason)
@@ -118,6 +127,8 @@ class Outcomes:
         """The job buried itself: to dead now, with the reason, its bury counted."""
         outcome = retry.buried(msg, reason, res.queue)
         outcome.msg[ops.BURIES] = _count(msg.get(ops.BURIES)) + 1
+        if "unique_for" in msg:
+            self.guards.ended_for_good(msg)
         log.warning("buried: %s -> dead", reason)
         self._record(res, "dead", outcome.score, outcome.payload,
                      task=tracking.failure(task_id, outcome.msg, True, ops.Bury(reason)))
@@ -126,6 +137,12 @@ class Outcomes:
                 task_id: str | None) -> None:
         outcome = retry.decide(msg, error, res.queue, job_class=cls,
                                max_retries=self.config.max_retries)
+        if outcome.kind == "retry" and "expires_at" in msg and \
+                self.guards.retry_past_deadline(res, msg, cls, task_id, outcome.score, error):
+            events.report(error, {"job": msg, "queue": res.queue, "outcome": "expired"})
+            return
+        if outcome.kind != "retry" and "unique_for" in msg:
+            self.guards.ended_for_good(msg)
         # The traceback helps with a bug in the job, and with a timeout (it shows where the
         # job was when it timed out); for an unknown class the one line says everything.
         trace = None if isinstance(error, UnknownJobClass) else error

@@ -28,7 +28,7 @@ from typing import NamedTuple, Sequence
 import redis
 
 from .. import events
-from .. import activejob, tracking
+from .. import activejob, tracking, unique
 from . import retry
 from .. import payload as codec
 from .scripts import FAIL, REQUEUE
@@ -314,6 +314,9 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
                   outcome.kind, keys.retry if outcome.kind == "retry" else keys.dead)
     elif written == WRITTEN:
         log.error("class=%s jid=%s %s -> %s", msg["class"], msg["jid"], exc, outcome.kind)
+        if outcome.kind != "retry":
+            # (a unique job that died: its lock goes, issue 21)
+            unique.release(r, keys, [msg], current.queue)
     else:
         return 0, None, None  # recovered by another master meanwhile: it runs there
     (events.report if app is None else app.report)(

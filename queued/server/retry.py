@@ -28,7 +28,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..payload import CRASHES, SUSPECT, dumps
+from ..payload import CRASHES, MAX_SECONDS, SUSPECT, dumps
 from .tracebacks import job_frames
 
 log = logging.getLogger(__name__)
@@ -191,8 +191,20 @@ def delay_for(count: int, exc: BaseException, job_class: Any = None,
     jitter = (rand if rand is not None else random).randrange(10) * (count + 1)
     custom = _custom_retry_in(job_class, count, exc, msg)
     if custom is not None and custom > 0:
-        return custom + jitter
-    return count**4 + 15 + jitter
+        return _at_most(custom + jitter)
+    if not count < _BIG_COUNT:  # (count**4 of a payload's retry_count of 1e308 overflows)
+        return MAX_SECONDS
+    return _at_most(count**4 + 15 + jitter)
+
+
+#: A retry_count from which count**4 alone is past MAX_SECONDS.
+_BIG_COUNT = int(MAX_SECONDS ** 0.25) + 1
+
+
+def _at_most(delay: Any) -> int:
+    """A delay a float epoch holds: at most MAX_SECONDS (a payload's retry_count of 10**400
+    gave a delay that time.time() + delay could not add)."""
+    return int(delay) if delay < MAX_SECONDS else MAX_SECONDS
 
 
 def dead_trim_bounds(now: float, dead_timeout_in_seconds: float = DEAD_TIMEOUT_IN_SECONDS,

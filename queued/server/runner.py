@@ -25,6 +25,7 @@ import contextvars
 import inspect
 import logging
 import time
+import traceback
 from typing import Callable, NamedTuple
 
 from .. import activejob, ops, tracking
@@ -34,6 +35,7 @@ from ..errors import JobTimeout, PayloadError, UnknownJobClass
 from .fetch import Reservation
 from ..job import Job, registry
 from ..middleware import server_middleware
+from .guards import rescheduled
 from .outcomes import Outcomes, call_hook
 from .timeout import job_timeout
 
@@ -182,9 +184,19 @@ class Runner:
             info = self._classes[cls] = _ClassInfo.of(cls)
         return info
 
+    def guarded(self, res: Reservation, msg: dict) -> bool:
+        """Issue 21's checks as a job starts (guards.py): False when it is not to run now
+        (expired, or put off: a copy holds its unique lock). Only for a job that has
+        ``expires_at`` or ``unique_for``: the caller checks."""
+        logsetup.set_context(logsetup.job_context(msg["class"], msg["jid"], queue=res.queue))
+        return self.outcomes.guards.before(res, msg, registry.lookup(_name(msg)),
+                                           tracking.task_id_of(msg))
+
     def run(self, res: Reservation, msg: dict, lane: Lane, held: int = 0,
             found: tuple | None = None) -> None:
         """A parsed job, sync, on this thread. ``found``: what _lookup(msg) gave, if known."""
+        if ("expires_at" in msg or "unique_for" in msg) and not self.guarded(res, msg):
+            return
         run = self._begin(res, msg, lane, held, found)
         start = time.monotonic()
         job, error = None, None
@@ -200,7 +212,7 @@ class Runner:
             else:
                 job.perform(*run.args, **run.kwargs)
         except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
-            error = e
+            error = _given_back(e)
             if lane.number:  # a lane's failure may take a while to write: see run_async
                 lane.writer.ending()
         elapsed = time.monotonic() - start
@@ -213,6 +225,16 @@ class Runner:
         """A parsed job whose perform is ``async def``, as a task on the event loop: its time
         limit cancels it; its end is written on a thread of the loop's executor (a Redis
         round trip, or a retry through an outage, must not hold up the loop)."""
+        if "expires_at" in msg or "unique_for" in msg:  # (a Redis call: off the loop)
+            if self.ends_executor is not None:
+                ctx = contextvars.copy_context()
+                go = await asyncio.get_running_loop().run_in_executor(
+                    self.ends_executor, ctx.run, self.guarded, res, msg)
+            else:
+                go = self.guarded(res, msg)
+            if not go:
+                logsetup.set_context("")
+                return
         run = self._begin(res, msg, lane, 0)
         start = time.monotonic()
         job, error = None, None
@@ -227,7 +249,7 @@ class Runner:
             await server_middleware.invoke_async(job, msg, res.queue,
                                                  lambda: job.perform(*run.args, **run.kwargs))
         except BaseException as e:  # noqa: BLE001 - as run()
-            error = e
+            error = _given_back(e)
             if expired and isinstance(e, asyncio.CancelledError):
                 if hasattr(task, "uncancel"):
                     task.uncancel()
@@ -306,14 +328,15 @@ class Runner:
             # (the done line is made from the job's own figures: _done)
             logsetup.set_context(logsetup.job_context(run.shown, msg["jid"], elapsed,
                                                       res.queue))
-        if error is None and run.task_id is None and res.member:
+        if error is None and run.task_id is None and res.member and "unique_for" not in msg:
             self.ends.ack(res)  # (outcomes.end's common case, without its calls)
             hook = "after_succeeded"
         else:
             hook = self.outcomes.end(res, msg, run.cls, error, run.task_id)
         if self.recorder is not None:
             self.recorder.record(msg, res.queue, elapsed,
-                                 error is not None and not isinstance(error, ops.Release))
+                                 error is not None and not isinstance(error, ops.Release)
+                                 and not rescheduled(error))
         return hook
 
     def _done(self, run: _Run, lane: Lane, error: BaseException | None,
@@ -322,8 +345,8 @@ class Runner:
             if self.job_logging:
                 self.joblog.done((run.shown, run.msg["jid"], elapsed, run.res.queue))
             lane.writer.end(False)
-        else:
-            lane.writer.end(not isinstance(error, ops.Release))
+        else:  # (an over-limit reschedule is no failure: issue 21)
+            lane.writer.end(not isinstance(error, ops.Release) and not rescheduled(error))
 
     # --- a job of a task, job operations ------------------------------------------------------
     def _working(self, task_id: str, msg: dict, queue: str) -> None:
@@ -368,9 +391,10 @@ class Runner:
 
     def _timeout(self, msg: dict, info: "_ClassInfo") -> float | None:
         value = msg.get("timeout")
-        if value is not None and isinstance(value, (int, float)) and not isinstance(
-                value, bool) and value > 0:
-            return float(value)
+        if value is not None:  # (1e12 or 10**400: at most ten years)
+            value = codec.seconds_of(value)
+            if value is not None:
+                return value
         return info.timeout or self.config.job_timeout
 
 
@@ -407,6 +431,21 @@ def _lookup(msg: dict) -> tuple[str, type | None, bool]:
         name = activejob.job_name(msg)
         return name, registry.lookup(name), True
     return name, registry.lookup(name), False
+
+
+def _given_back(error: BaseException) -> BaseException:
+    """A job's error, and for a MemoryError the memory its frames hold given back first: the
+    job's locals (the hog's chunks) live as long as its traceback, and the failure path that
+    formats it (the log, the backtrace in the payload) then raised a second MemoryError that
+    killed the worker (the job ended as WorkerKilled). The frames keep their code and line
+    numbers, so the backtrace is whole; only their locals go (an error handler sees none)."""
+    if isinstance(error, MemoryError):
+        traceback.clear_frames(error.__traceback__)
+    return error
+
+
+def _name(msg: dict) -> str:
+    return activejob.job_name(msg) if activejob.is_wrapped(msg) else msg["class"]
 
 
 def single_lane(writer, title) -> Lane:

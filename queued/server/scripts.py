@@ -16,3 +16,4 @@ DUE = Script(_LUA, "due")
 ENQUEUE_DUE = Script(_LUA, "enqueue_due")
 RENEW_LEADER = Script(_LUA, "renew_leader")
 CRON_SYNC = Script(_LUA, "cron_sync")
+EXPIRED = Script(_LUA, "expired")  # issue 21: server/guards.py

@@ -78,6 +78,10 @@ class SharedEnds:
             log.warning("a finished job had lost its reservation (recovered after a lease "
                         "expiry); it may run again")
 
+    def run_script(self, script, keys: list, args: list):
+        """A script call, its reply awaited (issue 21's guards)."""
+        return script(self.r, keys, args)
+
     def renew_lease(self, lease_key: str, lease_ms: int) -> bool:
         return self.r.set(lease_key, "1", px=lease_ms, xx=True) is not None
 

@@ -31,14 +31,15 @@ Scheduled jobs (``perform_in``, ``set(wait=...)``) are listed with their time (`
 mode; ``drain()`` runs them with the others, ``drain(until=time.time())`` only those due by
 then. Inline mode runs them at once. A job that releases itself goes back on its class's list
 (with ``"at"`` for a delay) and a drain does not run it twice; one that buries itself goes to
-``queued.testing.dead``. ``tick(name)`` pushes what a tick of a ``@queued.periodic`` schedule
+``queued.testing.dead``; one past its ``expires_at`` is not run (its ``on_expired`` is called) and
+goes to ``queued.testing.expired``. ``tick(name)`` pushes what a tick of a ``@queued.periodic`` schedule
 pushes. docs/testing.md has the whole story and the pytest fixtures
 (``queued.testing.pytest_plugin``: ``queued_fake``, ``queued_inline``).
 """
 from __future__ import annotations
 
 from .modes import disable, fake, inline, mode
-from .store import clear_all, dead, drain_all, jobs, tick
+from .store import clear_all, dead, drain_all, expired, jobs, tick
 
 __all__ = ["fake", "inline", "disable", "mode", "jobs", "drain_all", "clear_all", "dead",
-           "tick"]
+           "expired", "tick"]

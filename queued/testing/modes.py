@@ -66,14 +66,27 @@ class Fake(_Mode):
 
 
 class Inline(_Mode):
-    """Pushes run at once, here, each through its JSON payload (scheduled ones too)."""
+    """Pushes run at once, here, each through its JSON payload (scheduled ones too). Every job
+    of one send runs (a bulk push, a task's block) even when one raises, as each would in a
+    worker: then the first error is raised (a task is sealed first, so its callbacks run:
+    task.py), and the others are logged."""
     name = "inline"
 
     def send(self, client: Any, queued: dict[str, list[str]],
              scheduled: dict[str, float]) -> None:
+        first: Exception | None = None
         for msg in _decoded(queued, scheduled):
             msg.pop("at", None)
-            run.perform(msg)
+            try:
+                run.perform(msg)
+            except Exception as e:  # noqa: BLE001 - raised below, once the others ran
+                if first is None:
+                    first = e
+                else:
+                    run.log.error("inline job %s (jid %s) raised too: %s: %s", msg["class"],
+                                  msg.get("jid"), type(e).__name__, e)
+        if first is not None:
+            raise first
 
 
 FAKE, INLINE = Fake(), Inline()

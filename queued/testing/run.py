@@ -3,6 +3,8 @@ its class found by name (ActiveJob's wrapped one too), the instance's jid, queue
 task_id, the server middleware around ``perform``, an ``async def perform`` run to its end,
 the hooks, and the job's state in its task. No timeout, no retry: the job's exception is
 raised to the caller. A released job goes back on its class's list, a buried one to ``dead``.
+A job past its ``expires_at`` is not run, as a worker drops it: it goes to ``expired``, its
+class's ``on_expired`` hook is called and its task is told (a final error, class Expired).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from .. import activejob, ops, tracking
+from .. import activejob, expiry, ops, tracking
 from ..errors import JobFailed, UnknownJobClass
 from ..job import registry
 from ..middleware import server_middleware
@@ -25,7 +27,8 @@ _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
 
 
-def perform(msg: dict) -> None:
+def perform(msg: dict) -> bool:
+    """Run one job; False when it was past its expires_at (not run)."""
     from . import store, tasks  # (both import this module)
     name, args, kwargs = msg["class"], msg.get("args") or [], {}
     if activejob.is_wrapped(msg):
@@ -34,6 +37,8 @@ def perform(msg: dict) -> None:
     if cls is None:
         raise UnknownJobClass(f"no job class named {name!r} is registered in this process")
     queue, task_id, jid = msg.get("queue", "default"), tracking.task_id_of(msg), msg["jid"]
+    if expiry.EXPIRES_AT in msg and _expired(msg, cls, task_id, jid):
+        return False
     job = cls()
     job.jid, job.queue, job.msg, job.task_id = jid, queue, msg, task_id
     tasks.move(task_id, jid, "working")
@@ -62,6 +67,25 @@ def perform(msg: dict) -> None:
     finally:
         ops.set_sayer(saved[0])
         ops.set_toucher(saved[1])
+    return True
+
+
+def _expired(msg: dict, cls: Any, task_id: str | None, jid: str) -> bool:
+    """A job past its deadline, dropped as a worker drops it (server/guards.py: expire)."""
+    from . import store, tasks
+    now = time.time()
+    at = expiry.expired(msg, now)
+    if at is None:
+        return False
+    why = expiry.describe(at, now)
+    log.info("expired: %s (jid %s): %s", msg["class"], jid, why)
+    store.add_expired(msg)
+    tasks.move(task_id, jid, "error", _error(expiry.ERROR_CLASS, why))
+    try:
+        expiry.hook(cls, msg)
+    except Exception:  # noqa: BLE001 - as the worker: a broken hook is logged
+        log.exception("on_expired hook raised")
+    return True
 
 
 def complete(result: Any) -> Any:

@@ -19,6 +19,8 @@ _lock = threading.RLock()
 _jobs: dict[str, list[dict]] = {}
 #: Jobs that buried themselves (``self.bury(reason)``), with error_class "Buried".
 dead: list[dict] = []
+#: Jobs not run because they were past their ``expires_at`` when drained or pushed inline.
+expired: list[dict] = []
 
 
 def jobs_of(name: str) -> list[dict]:
@@ -30,6 +32,11 @@ def jobs_of(name: str) -> list[dict]:
 def add(msg: dict) -> None:
     with _lock:
         _jobs.setdefault(msg["class"], []).append(msg)
+
+
+def add_expired(msg: dict) -> None:
+    with _lock:
+        expired.append(msg)
 
 
 def jobs(queue: str | None = None) -> list[dict]:
@@ -51,13 +58,15 @@ def clear_all() -> None:
         for listed in _jobs.values():
             listed.clear()
         dead.clear()
+        expired.clear()
     tasks.clear_all()
 
 
 def drain(name: str, until: float | None = None) -> int:
     """Run one class's jobs in order, those pushed meanwhile too, until none is left (with
     ``until``: none due by then); the number run. A job's exception is raised as it is (the
-    job is off the list already). A job that released itself is not run again by this drain."""
+    job is off the list already). A job that released itself is not run again by this drain.
+    A job past its ``expires_at`` is not run (nor counted): it goes to ``expired``."""
     return _drain(lambda: [name], until)
 
 
@@ -75,8 +84,8 @@ def _drain(names, until: float | None) -> int:
         if msg is None:
             return count
         ran.add(msg["jid"])
-        count += 1
-        run.perform(msg)
+        if run.perform(msg):
+            count += 1
 
 
 def _take(names: list[str], until: float | None, ran: set) -> dict | None:

@@ -47,10 +47,10 @@ def queued_jobs(r) -> int:
 
 
 def all_workers(d, n: int) -> set[int]:
-    """The pids of the daemon's workers once all ``n`` are forked."""
+    """The pids of the daemon's workers once all ``n`` have started (Daemon.workers_up)."""
     from harness import wait_for
-    return set(wait_for(lambda: len(d.worker_pids()) == n and d.worker_pids(), 10,
-                        what=f"{n} workers"))
+    return set(wait_for(lambda: len(d.workers_up()) == n and d.workers_up(), 15,
+                        what=f"{n} workers up"))
 
 
 def log_lines(output: str, text: str, tid: str | None = None) -> list[str]:

@@ -119,6 +119,24 @@ class Hog(queued.Job):
             chunks.append(bytearray(16 << 20))  # zero-filled: really resident
 
 
+class Brim(queued.Job):
+    """Fills its memory limit (RLIMIT_AS, faults/memlimit.py) to its last few KiB, then
+    MemoryError: its worker's failure path has no room left unless the hog's memory, held by
+    the job's frame, is given back first (a second MemoryError there killed the worker)."""
+    queued_options = {"retry": 0}
+
+    def perform(self):
+        _start(self)
+        chunks = []
+        size = 16 << 20
+        while size >= 1024:
+            try:
+                chunks.append(bytearray(size))
+            except MemoryError:
+                size //= 4
+        raise MemoryError(f"no room left ({len(chunks)} chunks)")
+
+
 class OomKilled(queued.Job):
     """Allocates without end until the kernel's OOM killer would step in under a cgroup limit
     of ``limit_mb``: then SIGKILL, as the OOM killer sends (no exception, no cleanup)."""
@@ -162,3 +180,24 @@ class SlowFail(queued.Job):
         _start(self)
         time.sleep(seconds)
         raise RuntimeError(f"slow failure {tag}")
+
+
+class Fails(queued.Job):
+    """Raises at once: its retry follows Sidekiq's formula from the payload's retry_count."""
+
+    def perform(self, tag=None):
+        _start(self)
+        raise RuntimeError(f"fails {tag}")
+
+
+#: A limiter no job ever holds a unit of; OverLimited raises its OverLimit all the same.
+ODD = queued.Limiter.concurrent("odd", 1, wait_timeout=0, reschedule=2)
+
+
+class OverLimited(queued.Job):
+    """Over its limiter's limit on every run: rescheduled ``reschedule`` times, then dead."""
+    queued_options = {"retry": 0}
+
+    def perform(self, tag=None):
+        _start(self)
+        raise queued.OverLimit(ODD)

@@ -32,6 +32,10 @@ KINDS = {
                              "killed after 0.5s more", 1, True),
     "MemoryError (RLIMIT_AS)": (faultjobs.Hog, [], ("faults/memlimit.py",), "MemoryError", "",
                                 1, False),
+    # (the failure path ran with the hog's memory still held by the job's frame: under load
+    # it failed too, and the job ended as WorkerKilled)
+    "MemoryError, no room left": (faultjobs.Brim, [], ("faults/memlimit.py",), "MemoryError",
+                                  "", 1, False),
 }
 WHAT = {
     "segfault": "a job that segfaults (reads address 0)",
@@ -42,6 +46,8 @@ WHAT = {
     "swallows the timeout": "a job that catches JobTimeout and goes on",
     "MemoryError (RLIMIT_AS)": "a job that allocates without end under RLIMIT_AS "
                                "(worker size + 256 MiB)",
+    "MemoryError, no room left": "a job that fills RLIMIT_AS (worker size + 256 MiB) to its "
+                                 "last KiB",
 }
 
 

@@ -116,6 +116,44 @@ def test_a_database_that_cannot_serve_every_worker_is_warned_about(daemon, djang
             conn.close()
 
 
+def client_backends(conn) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
+                    "'client backend'")
+        return cur.fetchone()[0]
+
+
+def test_two_aliases_on_one_server_are_judged_together_by_what_others_hold(
+        daemon, django_db):
+    # (each alias was judged alone, with its own headroom, and the second check counted the
+    # first check's connection, still open, among the others': red team rt3 #9)
+    from pgserver import MAX_CONNECTIONS
+    # Given two aliases on one server, and other clients holding all but 3 of its connections
+    held = [psycopg.connect(django_db.postgres.dsn("postgres"))
+            for _ in range(MAX_CONNECTIONS - 3 - 3)]
+    try:
+        others = client_backends(held[0])  # (every client backend now: none is the daemon's)
+        # When a daemon of 2 processes boots: 2 x 2 connections (one per alias) may be open
+        d = daemon(require=(), cwd=PROJECT, env=django_db.env("djsite.settings_two"),
+                   concurrency=2)
+        # Then one warning judges the server for both aliases, counting exactly the others'
+        # connections (not its own check's)
+        out = d.output()
+        found = re.findall(r"WARNING queued\.django: databases 'default' and 'other' \(one "
+                           r"server\): 2 process\(es\) x 2 connection\(s\) = 4 may be open "
+                           rf"at once, but the server takes {MAX_CONNECTIONS} "
+                           r"\(max_connections\) - 3 reserved - (\d+) open now = (-?\d+) more",
+                           out)
+        assert found == [(str(others), str(MAX_CONNECTIONS - 3 - others))], out
+        assert "database 'default'" not in out and "database 'other'" not in out
+        # And the check's connections are closed: none of the master's is open
+        assert client_backends(held[0]) == others
+        assert d.stop() == 0
+    finally:
+        for conn in held:
+            conn.close()
+
+
 def test_the_projects_own_testcase_tests_pass_under_djangos_runner(django_db):
     done = subprocess.run([sys.executable, MANAGE, "test", "ledger", "--noinput", "-v", "2"],
                           env={**os.environ, **django_db.env()}, cwd=PROJECT,

@@ -14,7 +14,8 @@
 --             the new score (score), the queue name
 -- Returns {jobs acted on, jobs left because their destination holds another Redis type, the
 -- positions (1-based) of the jobs removed (delete, dead) whose member names a task_id: the
--- caller tells their tasks (taskmarks.py)}.
+-- caller tells their tasks (taskmarks.py), the positions of the jobs removed whose member
+-- names unique_for: the caller gives their unique locks up (locks.py, issue 21)}.
 --
 -- Destinations are type-checked before each job's first write (no rollback in a script).
 local action = ARGV[1]
@@ -31,6 +32,7 @@ if action == 'dead' and not usable(KEYS[3], 'zset') then
 end
 local done, left = 0, 0
 local tasks = {}  -- positions of removed jobs of a task
+local uniques = {}  -- positions of removed unique jobs
 local added = {}  -- queue names SADDed to the queues set in this call
 local k = 4
 for i = 5, #ARGV, 3 do
@@ -52,6 +54,9 @@ for i = 5, #ARGV, 3 do
     if action ~= 'queue' and string.find(member, '"task_id"', 1, true) then
       tasks[#tasks + 1] = (i - 2) / 3
     end
+    if action ~= 'queue' and string.find(member, '"unique_for"', 1, true) then
+      uniques[#uniques + 1] = (i - 2) / 3
+    end
     done = done + 1
   end
   k = k + 1
@@ -60,4 +65,4 @@ if action == 'dead' and done > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
   redis.call('ZREMRANGEBYRANK', KEYS[3], 0, ARGV[4])
 end
-return {done, left, tasks}
+return {done, left, tasks, uniques}

@@ -12,6 +12,7 @@ from typing import Any, Iterable
 
 import redis as redis_lib
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
@@ -24,7 +25,11 @@ from ...keys import Keys
 from ..api import Admin
 from ..deadlimits import DeadLimits
 from ..metrics import MetricsReader
-from . import pages_busy, pages_jobs, pages_overview, pages_queues, pages_tasks, pages_metrics
+from ..names import ExactKeys
+from . import (pages_busy, pages_cron, pages_find, pages_jobs, pages_limits, pages_metrics,
+               pages_overview, pages_queues, pages_tasks)
+from .flash import Flash
+from .frame import Footer, nav, redis_location
 from .prometheus import metrics_route
 from .render import Web, render
 from ..hosts import LOOPBACK, AllowedHosts
@@ -54,16 +59,19 @@ def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | N
     hosts = AllowedHosts(LOOPBACK if allowed_hosts is None else allowed_hosts)
     web = Web(r=redis, keys=keys, admin=Admin(redis, namespace=namespace,
                                               dead_limits=dead_limits),
-              client=Client(redis, namespace=namespace), metrics=MetricsReader(redis, keys),
-              csrf=Csrf(secret), poll_interval=poll_interval)
+              client=_task_reader(redis, namespace), metrics=MetricsReader(redis, keys),
+              csrf=Csrf(secret), flash=Flash(secret),
+              footer=Footer(redis_location(redis), namespace), poll_interval=poll_interval)
     # /{set} (scheduled, retries, dead) last: it would match any other one-segment path
     routes = [*pages_overview.routes, *pages_busy.routes, *pages_queues.routes,
-              *pages_tasks.routes, *pages_metrics.routes, metrics_route,
+              *pages_tasks.routes, *pages_cron.routes, *pages_find.routes, *pages_metrics.routes,
+              *pages_limits.routes, metrics_route,
               Mount("/static", app=StaticFiles(directory=os.path.join(HERE, "static")),
                     name="static"), *pages_jobs.routes]
     app = Starlette(debug=debug, routes=routes, exception_handlers={
         HTTPException: _http_error, redis_lib.ConnectionError: _redis_down,
         redis_lib.TimeoutError: _redis_down, redis_lib.ResponseError: _redis_refused})
+    web.nav = nav(routes)
     app.state.web = web
     app.add_middleware(CsrfCookie)
     app.add_middleware(SecurityHeaders)
@@ -71,6 +79,14 @@ def create_app(redis: redis_lib.Redis | str | None = None, *, namespace: str | N
         app.add_middleware(BasicAuth, credentials=auth)
     app.add_middleware(HostCheck, allowed=hosts)  # the last added runs first: before all
     return app
+
+
+def _task_reader(redis: redis_lib.Redis, namespace: str | None) -> Client:
+    """The client the task pages read tasks through: its task keys are bytes, so a task id
+    that is not UTF-8 still reads its own keys (names.ExactKeys)."""
+    client = Client(redis, namespace=namespace)
+    client.keys = ExactKeys(namespace)
+    return client
 
 
 def create_wsgi_app(redis: redis_lib.Redis | str | None = None, **options: Any):
@@ -83,8 +99,7 @@ def create_wsgi_app(redis: redis_lib.Redis | str | None = None, **options: Any):
 async def _http_error(request: Request, exc: HTTPException):
     if "text/html" not in request.headers.get("accept", ""):
         return PlainTextResponse(f"{exc.detail}\n", exc.status_code)
-    return render(request, "error.html", {"status": exc.status_code, "detail": exc.detail},
-                  exc.status_code)
+    return await _error_page(request, exc.status_code, exc.detail)
 
 
 async def _redis_refused(request: Request, exc: Exception):
@@ -93,11 +108,17 @@ async def _redis_refused(request: Request, exc: Exception):
     text = f"Redis refused: {' '.join(str(exc).split())}"
     if "text/html" not in request.headers.get("accept", ""):
         return PlainTextResponse(text + "\n", 500)
-    return render(request, "error.html", {"status": 500, "detail": text}, 500)
+    return await _error_page(request, 500, text)
 
 
 async def _redis_down(request: Request, exc: Exception):
     text = f"Redis is unreachable: {' '.join(str(exc).split())}"
     if "text/html" not in request.headers.get("accept", ""):
         return PlainTextResponse(text + "\n", 503)
-    return render(request, "error.html", {"status": 503, "detail": text}, 503)
+    return await _error_page(request, 503, text)
+
+
+async def _error_page(request: Request, status: int, detail: str):
+    # (in the thread pool, as every page: the stats bar reads Redis)
+    return await run_in_threadpool(render, request, "error.html",
+                                   {"status": status, "detail": detail}, status)

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from ..ctlprocs import describe_hang
-from .render import act, render, web_of
+from .render import act, form_text, render, web_of
 
 SIGNALS = {"quiet": "TSTP", "stop": "TERM", "dump": "TTIN"}
 
@@ -24,7 +24,7 @@ def busy(request: Request):
 
 async def signal(request: Request):
     def work(web, form) -> str:
-        action, identity = str(form.get("action", "")), str(form.get("identity", ""))
+        action, identity = str(form.get("action", "")), form_text(form, "identity")
         if action not in SIGNALS:
             return f"unknown action {action!r}"
         if identity == "*":

@@ -1,33 +1,37 @@
 """Scheduled, Retries and Dead: a page of a sorted set at a time (ZRANGE by index: 100,000 dead
 jobs cost what 25 do), a search by class/queue/error/args that reads the set in bounded ZSCAN
 steps (a page of matches, or SCAN_BUDGET jobs examined, then a "more" link carrying the
-cursor), actions on one job, on the ticked rows, or on every match (queued.api's bulk
-operations), and a job's detail: payload, error, backtrace."""
+cursor) and counts its matches in a request of its own (``/SET/count``: the page is shown
+before the whole set is read, and the confirmation of a bulk action asks with the number at
+the moment of the click), actions on one job, on the ticked rows, or on every match
+(queued.api's bulk operations), and a job's detail: payload, error, backtrace.
+
+A row names its job by score and a digest of its exact bytes (``SCORE|DIGEST``): a member that
+is not JSON, or whose jid is empty or shared, is still addressed alone (issue 20).
+"""
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-import zlib
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ..entries import Entry, Filter
 from ..jobsets import JobSet
-from .render import PAGE_SIZE, act, int_param, pager, path_param, render, web_of
+from .filters import member_id as digest, plural
+from .paging import int_param, page_size, pager
+from .render import act, path_param, query_text, render, web_of
 
 #: URL -> (the JobSet's name, the title). Sidekiq's Web UI calls dead the morgue.
 SETS = {"scheduled": ("schedule", "Scheduled"), "retries": ("retry", "Retries"),
         "dead": ("dead", "Dead")}
-#: The search fields, by their query parameter (Filter's argument names).
-FILTERS = {"class": "klass", "queue": "queue", "error": "error", "arg": "arg"}
+#: The search fields, by their query parameter (Filter's argument names); ``task``: a task
+#: page's link to its jobs here.
+FILTERS = {"class": "klass", "queue": "queue", "error": "error", "arg": "arg", "task": "task"}
 #: A search step examines at most this many jobs before it shows what it found.
 SCAN_BUDGET = 5000
 ZSCAN_COUNT = 500
-#: What a backtrace may inflate to (the blob is data from Redis, not trusted).
-BACKTRACE_MAX = 1 << 20
 
 
 def _jobset(request: Request) -> tuple[str, JobSet, str]:
@@ -39,13 +43,14 @@ def _jobset(request: Request) -> tuple[str, JobSet, str]:
 
 
 def filter_of(values) -> Filter:
-    return Filter.of(**{arg: (str(values.get(param, "")).strip() or None)
+    return Filter.of(**{arg: (query_text(values, param).strip() or None)
                         for param, arg in FILTERS.items()})
 
 
-def search(js: JobSet, where: Filter, cursor: int) -> tuple[list[Entry], int, int]:
+def search(js: JobSet, where: Filter, cursor: int,
+           wanted: int) -> tuple[list[Entry], int, int]:
     """(matches, the ZSCAN cursor to go on from (0: the end), jobs examined) for one bounded
-    step of a search."""
+    step of a search: ``wanted`` matches at most."""
     found: list[Entry] = []
     examined = calls = 0
     pattern = where.pattern()
@@ -60,7 +65,7 @@ def search(js: JobSet, where: Filter, cursor: int) -> tuple[list[Entry], int, in
         # With a MATCH pattern Redis examines about COUNT jobs per call but returns only
         # those that fit: the budget counts what Redis examined, not what came back.
         examined = max(examined, calls * ZSCAN_COUNT)
-        if cursor == 0 or len(found) >= PAGE_SIZE or examined >= SCAN_BUDGET:
+        if cursor == 0 or len(found) >= wanted or examined >= SCAN_BUDGET:
             return found, int(cursor), min(examined, js.size())
 
 
@@ -68,63 +73,56 @@ def listing(request: Request):
     slug, js, title = _jobset(request)
     where = filter_of(request.query_params)
     context = {"slug": slug, "title": title, "name": js.name, "size": js.size(),
-               "filters": {p: request.query_params.get(p, "") for p in FILTERS},
+               "filters": {p: query_text(request.query_params, p) for p in FILTERS},
                "searching": bool(where)}
     if where:
         cursor = int_param(request, "cursor", 0, 0, 2**64)
-        rows, next_cursor, examined = search(js, where, cursor)
+        rows, next_cursor, examined = search(js, where, cursor, page_size(request))
         # ZSCAN's order is the hash table's: show a step's matches in the set's own order
         rows.sort(key=lambda e: e.score or 0.0, reverse=js.name == "dead")
-        context.update(rows=rows, next_cursor=next_cursor, examined=examined, pager=None)
+        context.update(rows=rows, next_cursor=next_cursor, examined=examined, pager=None,
+                       step_size=page_size(request))
     else:
         page = pager(request, context["size"])
         context.update(rows=js.page(page.offset, page.size), pager=page)
     return render(request, "jobset.html", context)
 
 
-def _find(js: JobSet, score: str, jid: str) -> Entry | None:
-    """The job ``jid`` at ``score``: ZRANGEBYSCORE on that one score (O(log n)), not a scan."""
+def count(request: Request):
+    """``{"count", "size"}``: how many jobs of the set match the search now (no search: the
+    whole set), and the set's size. One ZSCAN pass (narrowed by a MATCH pattern when the
+    search has one): about a second for 100,000 jobs, asked by the page after it is shown
+    and by a bulk action's confirmation when it is clicked."""
+    _slug, js, _title = _jobset(request)
+    where = filter_of(request.query_params)
+    size = js.size()
+    n = sum(1 for _ in js.scan(where)) if where else size
+    return JSONResponse({"count": n, "size": size}, headers={"cache-control": "no-store"})
+
+
+def _find(js: JobSet, score: str, jid: str | None = None,
+          member: str | None = None) -> Entry | None:
+    """The job at ``score`` whose bytes have the digest ``member`` (else whose jid is
+    ``jid``): ZRANGEBYSCORE on that one score (O(log n)), not a scan."""
     try:
         value = float(score)
     except ValueError:
         return None
-    for member, s in js.r.zrangebyscore(js.key, value, value, withscores=True):
-        entry = Entry(member, s, js.name)
-        if entry.jid == jid:
+    for raw, s in js.r.zrangebyscore(js.key, value, value, withscores=True):
+        entry = Entry(raw, s, js.name)
+        if (digest(raw) == member) if member else (entry.jid == jid):
             return entry
     return None
 
 
 def job(request: Request):
     slug, js, title = _jobset(request)
-    entry = _find(js, request.path_params["score"], path_param(request, "jid"))
+    entry = _find(js, request.path_params["score"], path_param(request, "jid"),
+                  request.query_params.get("m"))
     if entry is None:
         raise HTTPException(404, "this job is no longer there (it ran, moved or was deleted)")
     return render(request, "job.html", {"slug": slug, "title": title, "name": js.name,
-                                        "job": entry, "backtrace": backtrace(entry)})
-
-
-def backtrace(entry: Entry) -> list[str]:
-    """Sidekiq's ``error_backtrace``: a list (before 6.0) or base64 of zlib of a JSON list.
-    The blob is data from Redis, not trusted: it is inflated to BACKTRACE_MAX at most (a zip
-    bomb is cut there and said to be too large), and anything unreadable (not base64, not
-    zlib, not a JSON list, nested past what the parser recurses into) says so instead."""
-    blob = entry.msg.get("error_backtrace") if entry.msg else None
-    if isinstance(blob, list):
-        return [str(line) for line in blob]
-    if not isinstance(blob, str) or not blob:
-        return []
-    try:
-        inflater = zlib.decompressobj()
-        raw = inflater.decompress(base64.b64decode(blob), BACKTRACE_MAX)
-        if inflater.unconsumed_tail:
-            return [f"(the backtrace is larger than {BACKTRACE_MAX >> 20} MiB: not shown)"]
-        lines = json.loads(raw) if inflater.eof else None  # (not eof: a cut stream)
-    except (binascii.Error, zlib.error, ValueError, RecursionError):
-        return ["(the backtrace could not be read)"]
-    if not isinstance(lines, list):
-        return ["(the backtrace could not be read)"]
-    return [str(line) for line in lines]
+                                        "job": entry, "backtrace": entry.backtrace})
 
 
 ACTIONS = ("retry", "delete", "kill")
@@ -138,19 +136,19 @@ async def action(request: Request):
         if what not in ACTIONS or (what == "kill" and js.name == "dead"):
             return f"unknown action {what!r}"
         if form.get("scope") == "all":
-            where = filter_of({p: form.get("f_" + p, "") for p in FILTERS})
+            where = filter_of({p: query_text(form, "f_" + p) for p in FILTERS})
             n = getattr(js, f"{what}_all")(where)
-            return f"{_past(what)} {n} job{'s' if n != 1 else ''}" + (
+            return f"{_past(what)} {plural(n, 'job')}" + (
                 " (every match)" if where else " (the whole set)")
         done = gone = 0
         for key in form.getlist("job"):
-            score, _, jid = str(key).partition("|")
-            entry = _find(js, score, jid)
+            score, _, member = str(key).partition("|")
+            entry = _find(js, score, member=member)
             if entry is not None and getattr(js, what)(entry):
                 done += 1
             else:
                 gone += 1
-        text = f"{_past(what)} {done} job{'s' if done != 1 else ''}"
+        text = f"{_past(what)} {plural(done, 'job')}"
         return text + (f"; {gone} no longer there" if gone else "")
     return await act(request, work, "jobset", set=slug)
 
@@ -159,6 +157,7 @@ def _past(verb: str) -> str:
     return {"retry": "retried", "delete": "deleted", "kill": "killed"}[verb]
 
 
-routes = [Route("/{set:str}/{score:str}/{jid:queued_name}", job, name="job"),
+routes = [Route("/{set:str}/count", count, name="jobset_count"),
+          Route("/{set:str}/{score:str}/{jid:queued_name}", job, name="job"),
           Route("/{set:str}", listing, name="jobset"),
           Route("/{set:str}", action, methods=["POST"], name="jobset_action")]

@@ -7,6 +7,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from ..metrics import LABELS, MINUTE_TTL_HOURS, parse_period
+from . import charts
 from .render import path_param, render, web_of
 
 PERIODS = (1, 2, 4, 8, 24, 48, 72)
@@ -31,11 +32,12 @@ def job_class(request: Request):
               "failed": sum(m.failed for _, m in series), "ms": sum(m.ms for _, m in series)}
     ok = totals["processed"] - totals["failed"]
     totals["mean_ms"] = totals["ms"] / ok if ok > 0 else 0.0
+    step = int(series[1][0] - series[0][0]) if len(series) > 1 else 60  # (the reader's)
     return render(request, "job_class.html", {
-        "klass": klass, "hours": hours, "periods": PERIODS, "series": series,
-        "peak": max([m.processed for _, m in series] + [1]), "histogram": list(zip(LABELS, counts)),
-        "hist_peak": max(counts + [1]), "hist_hours": min(hours, MINUTE_TTL_HOURS),
-        "totals": totals})
+        "klass": klass, "hours": hours, "periods": PERIODS, "step": step,
+        "processed_chart": charts.time_bars(series, step),
+        "histogram_chart": charts.histogram(list(LABELS), counts),
+        "hist_hours": min(hours, MINUTE_TTL_HOURS), "totals": totals})
 
 
 routes = [Route("/job-metrics", job_metrics, name="job_metrics"),

@@ -8,7 +8,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .render import int_param, render, web_of
+from .paging import int_param
+from .render import render, web_of
 
 #: The INFO fields shown (Sidekiq's dashboard shows the same few).
 REDIS_INFO = ("redis_version", "uptime_in_days", "connected_clients", "used_memory_human",

@@ -19,6 +19,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from ..api import Admin
+from .filters import visible
 
 
 class ClusterCollector:
@@ -55,13 +56,46 @@ class ClusterCollector:
         paused = GaugeMetricFamily("queued_queue_paused", "1 when a queue is paused.",
                                    labels=["queue"])
         for q in queues:
-            size.add_metric([q.name], q.size)
-            latency.add_metric([q.name], q.latency)
-            paused.add_metric([q.name], 1 if q.paused else 0)
+            label = visible(q.name)  # (a name that is not UTF-8: its bytes as \xff)
+            size.add_metric([label], q.size)
+            latency.add_metric([label], q.latency)
+            paused.add_metric([label], 1 if q.paused else 0)
         yield from (size, latency, paused)
+        yield from self._issue21()
         yield GaugeMetricFamily("queued_scrape_duration_seconds",
                                 "Time this scrape took to read Redis.",
                                 value=time.monotonic() - started)
+
+
+    def _issue21(self):
+        """queued's own counts (expired, over limit, duplicates), and each rate limiter's
+        size, use and counts (limits.SHOWN at most, the most recently used)."""
+        c = self.admin.counters()
+        for name, doc in (("expired", "Jobs dropped unrun past their expires_at."),
+                          ("overlimit", "Jobs rescheduled after OverLimit."),
+                          ("unique_dropped", "Duplicate pushes of unique jobs dropped."),
+                          ("unique_deferred", "Unique jobs put off as they started: another "
+                           "copy held the lock.")):
+            yield CounterMetricFamily(f"queued_{name}_jobs", doc, c[name])
+        gauges = {"size": GaugeMetricFamily("queued_limiter_size", "A limiter's size.",
+                                            labels=["limiter", "kind"]),
+                  "in_use": GaugeMetricFamily("queued_limiter_in_use", "Units in use now (a "
+                                              "leaky bucket's level).",
+                                              labels=["limiter", "kind"])}
+        counters = {k: CounterMetricFamily(f"queued_limiter_{k}", doc, labels=["limiter"])
+                    for k, doc in (("held", "Units granted at once."),
+                                   ("waited", "Units granted after a wait."),
+                                   ("overlimit", "OverLimit raised: no unit within "
+                                    "wait_timeout."),
+                                   ("rescheduled", "Jobs rescheduled after OverLimit."))}
+        for info in self.admin.limits.all():
+            label = visible(info.name)  # (a name that is not UTF-8: its bytes as \xff)
+            gauges["size"].add_metric([label, info.kind], info.size)
+            gauges["in_use"].add_metric([label, info.kind], info.in_use)
+            for k, family in counters.items():
+                family.add_metric([label], info.counts.get(k, 0))
+        yield from gauges.values()
+        yield from counters.values()
 
 
 def exposition(admin: Admin) -> bytes:

@@ -1,9 +1,11 @@
 """What every page shares: the app's handles on Redis (``Web``), the Jinja2 templates (autoescape
-on: job arguments and errors are attacker-controlled text) and their filters, rendering with
-the CSRF token, redirects after a POST, and paging."""
+on: job arguments and errors are attacker-controlled text; filters.py), links that address any
+name exactly, rendering with the CSRF token, the stats bar, the footer and the flash message,
+and redirects after a POST."""
 from __future__ import annotations
 
-import json
+import base64
+import binascii
 import os
 import time
 from dataclasses import dataclass
@@ -11,7 +13,6 @@ from typing import Any, Callable
 from urllib.parse import quote, urlencode
 
 import jinja2
-from markupsafe import Markup
 import redis as redis_lib
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
@@ -24,13 +25,23 @@ from ...client import Client
 from ...keys import Keys
 from ..api import Admin
 from ..metrics import MetricsReader
+from ..names import is_exact
+from .filters import FILTERS, finalize
+from .flash import Flash
+from .frame import BAR, Footer, stats_bar
+from .paging import PAGE_SIZE, SIZES, Pager, int_param, pager
 from .security import FIELD, Csrf
 
+#: (PAGE_SIZE, Pager, int_param, pager too: pages written before paging.py import them here)
+__all__ = ["Web", "web_of", "templates", "path_for", "path_param", "query_text", "form_text",
+           "render", "act", "PAGE_SIZE", "Pager", "int_param", "pager"]
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-PAGE_SIZE = 25
 #: Characters left as they are in a path parameter (class names read Billing::InvoiceJob).
 SAFE = ":@"
 DOT_SEGMENTS = (".", "..")
+#: A name UTF-8 cannot encode travels in the query as ``<param>~`` (see path_for).
+EXACT = "~"
 
 
 @dataclass
@@ -41,74 +52,24 @@ class Web:
     client: Client
     metrics: MetricsReader
     csrf: Csrf
+    flash: Flash
+    footer: Footer
     poll_interval: float
+    nav: tuple = ()
 
 
 def web_of(request: Request) -> Web:
     return request.app.state.web
 
 
-# --- filters ------------------------------------------------------------------------------------
-
-def ago(ts: float | None, now: float | None = None) -> str:
-    """``3m ago`` / ``in 4m`` (as queuedctl's tables say it)."""
-    if ts is None:
-        return "-"
-    delta = (time.time() if now is None else now) - ts
-    text = duration(abs(delta))
-    return f"{text} ago" if delta >= 0 else f"in {text}"
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f}m {seconds % 60:.0f}s"
-    if seconds < 86400:
-        return f"{seconds // 3600:.0f}h {seconds % 3600 // 60:.0f}m"
-    return f"{seconds // 86400:.0f}d {seconds % 86400 // 3600:.0f}h"
-
-
-def utc(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
-
-
-def compact(value: Any, limit: int = 200) -> str:
-    """Arguments on one line, cut at ``limit`` characters (the page escapes them)."""
-    text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def pretty(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str, indent=2, sort_keys=True)
-
-
-def number(n: Any) -> str:
-    return f"{n:,}" if isinstance(n, int) else str(n)
-
-
-def shown(name: str) -> str | Markup:
-    """A name as a link's text: an empty or blank one says so (a link with no text cannot
-    be seen or clicked)."""
-    if not name.strip():
-        return Markup('<em class="noname">(%s name)</em>') % ("empty" if not name else "blank")
-    return name
-
-
 templates = Jinja2Templates(env=jinja2.Environment(
     loader=jinja2.FileSystemLoader(os.path.join(HERE, "templates")),
-    autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined))
-templates.env.filters.update(ago=ago, duration=duration, utc=utc, compact=compact,
-                             pretty=pretty, number=number, shown=shown)
+    autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+    finalize=finalize))
+templates.env.filters.update(FILTERS)
 
 
-# --- rendering ----------------------------------------------------------------------------------
+# --- links ----------------------------------------------------------------------------------
 
 def path_for(request: Request) -> Callable[..., str]:
     """``path('queue', name='x', _query={'page': 2})``: a path (no host: right behind a
@@ -118,19 +79,64 @@ def path_for(request: Request) -> Callable[..., str]:
     named ``critical?old`` is ``/queues/critical%3Fold``, and its row acts on it, not on
     ``critical`` with a query string; ``/``, ``#``, ``%``, spaces, newlines, any Unicode and
     the empty name round-trip the same way (the routes take the rest of the path, whatever it
-    holds: ``{name:queued_name}``)."""
+    holds: ``{name:queued_name}``).
+
+    A name whose bytes in Redis are not UTF-8 (``queue:\\xff\\xfe``, read with surrogateescape:
+    admin/names.py) cannot go in the path: the server decodes a path as UTF-8 and would turn
+    those bytes into U+FFFD, another name. It goes in the query as ``name~=`` base64 of its
+    code points (surrogatepass: any Python text round-trips), behind an empty path part."""
     def path(route: str, /, _query: dict | None = None, **params: Any) -> str:
-        query = {k: v for k, v in (_query or {}).items() if v not in (None, "")}
+        query = {}
+        for k, v in (_query or {}).items():
+            if v in (None, ""):
+                continue
+            if isinstance(v, str) and not is_exact(v):  # (query_text reads it back)
+                query[k + EXACT] = exact_token(v)
+            else:
+                query[k] = v
         quoted = {}
         for k, v in params.items():
-            quoted[k] = quote(str(v), safe=SAFE)
+            text = str(v)
+            if not is_exact(text):
+                quoted[k], query[k + EXACT] = "", exact_token(text)
+                continue
+            quoted[k] = quote(text, safe=SAFE)
             if quoted[k] in DOT_SEGMENTS:
                 # A browser resolves "." and ".." in a path, however encoded: such a name
                 # goes in the query instead, behind an empty path part (path_param reads it).
-                quoted[k], query[k] = "", str(v)
+                quoted[k], query[k] = "", text
         url = request.url_for(route, **quoted).path
         return url + ("?" + urlencode(query, doseq=True) if query else "")
     return path
+
+
+def exact_token(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode("utf-8", "surrogatepass")).decode().rstrip("=")
+
+
+def from_exact_token(token: str) -> str | None:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        return raw.decode("utf-8", "surrogatepass")
+    except (binascii.Error, ValueError):
+        return None
+
+
+def query_text(values: Any, name: str, default: str = "") -> str:
+    """A text from the query (or a form) as path_for wrote it: ``name``, or ``name~`` for a
+    text UTF-8 cannot encode."""
+    token = values.get(name + EXACT)
+    if token is not None:
+        exact = from_exact_token(str(token))
+        if exact is not None:
+            return exact
+    return str(values.get(name, default))
+
+
+def form_text(form: FormData, field: str) -> str:
+    """A form's name as the page wrote it (macros.html ``exact``): a name UTF-8 cannot encode
+    comes as ``<field>~``, the same encoding as in a link."""
+    return query_text(form, field)
 
 
 class NameConvertor(Convertor):
@@ -147,76 +153,55 @@ class NameConvertor(Convertor):
 
 
 register_url_convertor("queued_name", NameConvertor())
+templates.env.globals.update(exact_token=exact_token, EXACT=EXACT)
 
 
 def path_param(request: Request, name: str) -> str:
-    """A name from the path, as path_for wrote it: a "." or ".." comes in the query."""
+    """A name from the path, as path_for wrote it: a "." or "..", or a name that is not
+    UTF-8, comes in the query."""
     value = request.path_params[name]
-    if value == "" and name in request.query_params:
-        return request.query_params[name]
+    if value == "":
+        if name in request.query_params:
+            return request.query_params[name]
+        token = request.query_params.get(name + EXACT)
+        exact = from_exact_token(token) if token is not None else None
+        if exact is not None:
+            return exact
     return value
 
 
+# --- pages ----------------------------------------------------------------------------------
+
 def render(request: Request, name: str, context: dict, status: int = 200):
+    """The page ``name`` with the frame every page has: the stats bar, the footer, the flash
+    message left by the action that sent the browser here (shown once)."""
     web = web_of(request)
     context = {"csrf_field": FIELD, "csrf_token": web.csrf.token(request),
-               "path": path_for(request), "msg": request.query_params.get("msg", ""),
-               "now": time.time(), **context}
-    return templates.TemplateResponse(request, name, context, status_code=status)
+               "path": path_for(request), "msg": web.flash.take(request), "now": time.time(),
+               "bar": stats_bar(web.admin), "bar_links": BAR, "footer": web.footer,
+               "nav": web.nav, "sizes": SIZES, **context}
+    response = templates.TemplateResponse(request, name, context, status_code=status)
+    web.flash.clear(response, request)
+    return response
 
 
 async def act(request: Request, work: Callable[[Web, FormData], str], back: str,
               **params: Any) -> RedirectResponse:
     """A POST: check the CSRF token, do ``work(web, form)`` in the thread pool, and send the
-    browser back to page ``back`` with what was done (Post/Redirect/Get)."""
+    browser back to page ``back``, which says what was done (Post/Redirect/Get; the message
+    in a signed cookie: flash.py)."""
     web = web_of(request)
     form = await web.csrf.form(request)
     try:
         message = await run_in_threadpool(work, web, form)
     except redis_lib.ResponseError as e:  # (a key of another type: nothing was done to it)
         message = f"Redis refused: {' '.join(str(e).split())}"
-    query = {k: v for k, v in _back_query(form).items()}
-    query["msg"] = message
-    return RedirectResponse(path_for(request)(back, _query=query, **params), status_code=303)
+    response = RedirectResponse(path_for(request)(back, _query=_back_query(form), **params),
+                                status_code=303)
+    web.flash.put(response, request, message)
+    return response
 
 
 def _back_query(form: FormData) -> dict:
     """The list filters a form carries back (``back_class``, ...) to the page it came from."""
     return {k[len("back_"):]: v for k, v in form.items() if k.startswith("back_") and v}
-
-
-def int_param(request: Request, name: str, default: int = 0, low: int = 0,
-              high: int = 10**9) -> int:
-    try:
-        value = int(request.query_params.get(name, default))
-    except ValueError:
-        value = default
-    return min(max(value, low), high)
-
-
-@dataclass
-class Pager:
-    page: int
-    size: int
-    total: int
-
-    @property
-    def offset(self) -> int:
-        return (self.page - 1) * self.size
-
-    @property
-    def pages(self) -> int:
-        return max((self.total + self.size - 1) // self.size, 1)
-
-    @property
-    def prev(self) -> int | None:
-        return self.page - 1 if self.page > 1 else None
-
-    @property
-    def next(self) -> int | None:
-        return self.page + 1 if self.page < self.pages else None
-
-
-def pager(request: Request, total: int, size: int = PAGE_SIZE) -> Pager:
-    pages = max((total + size - 1) // size, 1)
-    return Pager(int_param(request, "page", 1, 1, pages), size, total)

@@ -1,14 +1,51 @@
-// queued dashboard: the live graph of the overview, confirmations, select-all.
-// Loaded from this origin only (the Content-Security-Policy allows no inline script).
+// queued dashboard: confirmations with their numbers, select-all, local times on hover, and the
+// overview's live graph. Loaded from this origin only (the Content-Security-Policy allows no
+// inline script); the pages work without it, less the confirmations and the live graph.
 "use strict";
 
 (function () {
+  function fmt(n) { return Number(n).toLocaleString("en-US"); }
+
   // --- confirmations: a button with data-confirm asks before its form is sent ---------------
+  // Its question carries the number of jobs it acts on: written in it by the server (a whole
+  // set, a queue), counted now from the form's ticked rows (data-selected), or asked of the
+  // server at the moment of the click (data-count: every match of a search), as {n}.
+  function ask(button, n) {
+    var text = button.dataset.confirm;
+    return window.confirm(n === null ? text : text.replace("{n}", fmt(n)));
+  }
+
+  function resubmit(button) {
+    button.dataset.asked = "1";
+    button.form.requestSubmit(button);
+  }
+
   document.addEventListener("submit", function (event) {
     var button = event.submitter;
-    if (button && button.dataset.confirm && !window.confirm(button.dataset.confirm)) {
-      event.preventDefault();
+    if (!button || !button.dataset.confirm) return;
+    if (button.dataset.asked) { delete button.dataset.asked; return; }
+    if (button.dataset.selected) {
+      var n = button.form.querySelectorAll('tbody input[type="checkbox"]:checked').length;
+      if (n === 0) {
+        event.preventDefault();
+        window.alert("Tick the jobs to act on first.");
+      } else if (!ask(button, n)) {
+        event.preventDefault();
+      }
+      return;
     }
+    if (button.dataset.count) {
+      event.preventDefault();
+      fetch(button.dataset.count, { headers: { accept: "application/json" }, cache: "no-store" })
+        .then(function (r) {
+          if (!r.ok) throw new Error("HTTP " + r.status);
+          return r.json();
+        })
+        .then(function (doc) { if (ask(button, doc.count)) resubmit(button); })
+        .catch(function (e) { window.alert("Could not count the jobs: " + e.message); });
+      return;
+    }
+    if (!ask(button, null)) event.preventDefault();
   });
 
   // --- select all rows of a table ----------------------------------------------------------------
@@ -21,37 +58,108 @@
     });
   });
 
-  // --- the live graph ------------------------------------------------------------------------
-  var totals = document.getElementById("totals");
-  var svg = document.getElementById("live");
-  if (!totals || !svg) return;
+  // --- times: UTC on the page, the browser's local time on hover -----------------------------
+  function localTime(date) {
+    return date.toLocaleString(undefined, {
+      year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
+      second: "2-digit", timeZoneName: "short"
+    });
+  }
 
-  var POINTS = 60, W = 600, H = 160;
-  var url = totals.dataset.stats;
-  var interval = parseFloat(totals.dataset.interval) || 2;
+  document.querySelectorAll("time[datetime]").forEach(function (el) {
+    var date = new Date(el.getAttribute("datetime"));
+    if (isNaN(date.getTime())) return;
+    var utc = el.getAttribute("title");  // a relative time ("3m ago") has its UTC time there
+    el.setAttribute("title", (utc ? utc + "\n" : "") + "your time: " + localTime(date));
+  });
+
+  // --- a search's number of matches, counted after the page is shown --------------------------
+  var matches = document.getElementById("match-count");
+  if (matches && matches.dataset.count) {
+    fetch(matches.dataset.count, { headers: { accept: "application/json" }, cache: "no-store" })
+      .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
+      .then(function (doc) {
+        matches.textContent = fmt(doc.count) + (doc.count === 1 ? " match" : " matches") +
+          " in " + fmt(doc.size) + " jobs";
+        matches.dataset.total = String(doc.count);
+      })
+      .catch(function (e) { matches.textContent = "could not count the matches: " + e.message; });
+  }
+
+  // --- the live graph ------------------------------------------------------------------------
+  var svg = document.getElementById("live");
+  if (!svg) return;
+
+  // The plot area inside the SVG's 800 x 220 (templates/overview.html draws the axes there).
+  var POINTS = 60, LEFT = 56, RIGHT = 788, TOP = 12, BASE = 186;
+  var url = svg.dataset.stats;
+  var interval = parseFloat(svg.dataset.interval) || 2;
   var paused = false, timer = null, last = null;
   var series = { processed: [], failed: [] };
   var status = document.getElementById("live-status");
   var pauseButton = document.getElementById("live-pause");
   var intervalSelect = document.getElementById("live-interval");
 
-  function fmt(n) { return Number(n).toLocaleString("en-US"); }
-
   function latency(s) {
+    if (s === 0) return "0 ms";
+    if (s < 0.001) return (s * 1000).toFixed(2) + " ms";
+    if (s < 0.01) return (s * 1000).toFixed(1) + " ms";
     if (s < 1) return Math.round(s * 1000) + " ms";
     if (s < 60) return s.toFixed(1) + " s";
     return Math.floor(s / 60) + "m " + Math.round(s % 60) + "s";
   }
 
+  // 0 and round steps (1, 2 or 5 times a power of ten) up to at least peak (charts.py's rule).
+  function niceTicks(peak) {
+    if (peak <= 0) return [0, 1];
+    var raw = peak / 5, power = Math.pow(10, Math.floor(Math.log10(raw)));
+    var step = [1, 2, 5, 10].map(function (m) { return m * power; })
+      .filter(function (s) { return s >= raw; })[0];
+    if (peak >= 5) step = Math.max(step, 1);
+    var ticks = [], count = Math.ceil(peak / step - 1e-9);
+    for (var i = 0; i <= count; i++) ticks.push(i * step);
+    return ticks;
+  }
+
+  function label(v) { return Number(v.toPrecision(6)).toLocaleString("en-US"); }
+
+  function drawYAxis(ticks) {
+    var top = ticks[ticks.length - 1];
+    var labels = svg.querySelectorAll(".y-label"), lines = svg.querySelectorAll(".y-grid");
+    labels.forEach(function (el, i) {
+      var shown = i < ticks.length;
+      var y = BASE - (BASE - TOP) * (shown ? ticks[i] : 0) / top;
+      el.textContent = shown ? label(ticks[i]) : "";
+      el.setAttribute("y", (y + 4).toFixed(1));
+      lines[i].setAttribute("y1", y.toFixed(1));
+      lines[i].setAttribute("y2", y.toFixed(1));
+      lines[i].setAttribute("visibility", shown ? "visible" : "hidden");
+    });
+    return top;
+  }
+
+  // Labels at round numbers of seconds ago (0 is "now"), as many as fit.
+  function drawXAxis() {
+    var span = (POINTS - 1) * interval;
+    var ticks = niceTicks(span).filter(function (t) { return t <= span; });
+    svg.querySelectorAll(".x-label").forEach(function (el, i) {
+      var shown = i < ticks.length;
+      el.textContent = shown ? (ticks[i] === 0 ? "now" : "-" + label(ticks[i]) + " s") : "";
+      if (shown) el.setAttribute("x", (RIGHT - (RIGHT - LEFT) * ticks[i] / span).toFixed(1));
+      el.setAttribute("text-anchor", i === 0 ? "end" : "middle");
+    });
+  }
+
   function draw() {
-    var peak = 1;
+    var peak = 0;
     ["processed", "failed"].forEach(function (k) {
       series[k].forEach(function (v) { if (v > peak) peak = v; });
     });
+    var top = drawYAxis(niceTicks(peak));
     ["processed", "failed"].forEach(function (k) {
-      var values = series[k], step = W / (POINTS - 1), start = POINTS - values.length;
+      var values = series[k], step = (RIGHT - LEFT) / (POINTS - 1), start = POINTS - values.length;
       var points = values.map(function (v, i) {
-        return ((start + i) * step).toFixed(1) + "," + (H - 4 - (H - 8) * v / peak).toFixed(1);
+        return (LEFT + (start + i) * step).toFixed(1) + "," + (BASE - (BASE - TOP) * v / top).toFixed(1);
       });
       svg.querySelector("polyline." + k).setAttribute("points", points.join(" "));
       var max = values.length ? Math.max.apply(null, values) : 0;
@@ -64,7 +172,9 @@
     ["processed", "failed", "busy", "processes", "enqueued", "scheduled", "retries", "dead"]
       .forEach(function (k) {
         var el = document.getElementById("stat-" + k);
-        if (el) el.textContent = fmt(doc[k]);
+        if (!el) return;
+        el.textContent = fmt(doc[k]);
+        el.parentNode.classList.toggle("nonzero", doc[k] > 0);
       });
     document.getElementById("stat-default_latency").textContent = latency(doc.default_latency);
     if (last) {
@@ -101,6 +211,9 @@
   });
   intervalSelect.addEventListener("change", function () {
     interval = parseFloat(intervalSelect.value) || 2;
+    drawXAxis();
   });
+  drawYAxis([0, 1]);
+  drawXAxis();
   poll();
 })();

@@ -1,0 +1,146 @@
+"""The periodic jobs as every master, ``queuedctl cron`` and the dashboard's Cron page see them in
+Redis (sidekiq-cron's ``cron_jobs`` / ``cron_job:<name>``): each one's schedule and clock,
+class, queue, next and last run and status; push one now; disable or enable one. The command
+(cron.py) and the page (web/pages_cron.py) both call these, so they say the same.
+
+The status written here is the operator's and survives restarts and deploys (the masters'
+cron_sync.lua keeps it) until a deploy changes the schedule's ``enabled:`` in the file. A
+disabled schedule is skipped by cron_enqueue.lua at its ticks; ``enqueue_now`` pushes it anyway
+(an operator asking for one run now means it).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+
+import redis as redis_lib
+
+from ..cronspec import Timing, parse_cron, parse_every
+from ..keys import Keys
+from ..payload import new_jid
+from ..periodic import enqueue, stamp
+from ..values import Invalid
+from .names import name_of
+
+STATUSES = ("enabled", "disabled")
+
+
+class NoSuchJob(LookupError):
+    """No periodic job of that name (or none with a usable message) in Redis."""
+
+
+def _text(raw: dict, field: str) -> str:
+    return raw.get(field.encode(), b"").decode("utf-8", "replace")
+
+
+def _last_run(raw: dict) -> float | None:
+    text = _text(raw, "last_enqueue_time")
+    for fmt in ("%Y-%m-%d %H:%M:%S %z", "%Y-%m-%dT%H:%M:%S%z"):
+        try:
+            return dt.datetime.strptime(text, fmt).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
+def _timing(raw: dict) -> Timing | None:
+    """From queued's own fields, else sidekiq-cron's ``cron`` (a schedule Ruby wrote)."""
+    kind, timing = _text(raw, "queued_kind"), _text(raw, "queued_timing")
+    try:
+        if kind == "every":
+            return parse_every(timing)
+        return parse_cron(timing or _text(raw, "cron"))
+    except Invalid:
+        return None
+
+
+def clock(timing: Timing | None) -> str:
+    """Which clock the ticks follow: "UTC", a zone, or "every" seconds from the epoch (the
+    startup line says the same: Timing.zone_note)."""
+    if timing is None:
+        return "-"
+    if timing.kind == "every":
+        return "epoch-aligned"
+    return timing.zone or "UTC"
+
+
+def _queue(raw: dict) -> str:
+    try:
+        return str(json.loads(_text(raw, "message")).get("queue") or "default")
+    except (ValueError, AttributeError):
+        return "default"
+
+
+def schedules(r: redis_lib.Redis, keys: Keys, now: float | None = None) -> list[dict]:
+    """Every periodic job, by name: name, kind (cron or every), schedule (as written), zone
+    (clock), class, queue, status, last_run and next_run (epoch; no next run while
+    disabled), description, defined_by."""
+    now = time.time() if now is None else now
+    members = sorted(name_of(m) for m in r.smembers(keys.cron_jobs))
+    pipe = r.pipeline(transaction=False)
+    for member in members:
+        pipe.hgetall((keys.ns + member).encode("utf-8", "surrogateescape"))
+    rows = []
+    for member, raw in zip(members, pipe.execute()):
+        if not raw:
+            continue
+        status = _text(raw, "status") or "enabled"
+        timing = _timing(raw)
+        rows.append({
+            "name": _text(raw, "name") or member.split(":", 1)[-1],
+            "kind": timing.kind if timing else "cron",
+            "schedule": _text(raw, "queued_timing") or _text(raw, "cron"),
+            "zone": clock(timing),
+            "class": _text(raw, "klass"), "queue": _queue(raw), "status": status,
+            "last_run": _last_run(raw),
+            "next_run": timing.next_after(now) if timing and status == "enabled" else None,
+            "description": _text(raw, "description"),
+            "defined_by": _text(raw, "queued_where") or "sidekiq-cron"})
+    return rows
+
+
+def _find(r: redis_lib.Redis, keys: Keys, name: str) -> dict:
+    raw = r.hgetall(keys.cron_job(name))
+    if not raw:
+        raise NoSuchJob(f"no periodic job named {name!r} (queuedctl cron lists them)")
+    return raw
+
+
+def enqueue_now(r: redis_lib.Redis, keys: Keys, name: str) -> dict:
+    """Push one run of ``name`` now, whatever its status; the payload pushed."""
+    raw = _find(r, keys, name)
+    try:
+        template = json.loads(_text(raw, "message"))
+        template["class"], template.setdefault("queue", "default")
+    except (ValueError, KeyError, TypeError):
+        raise NoSuchJob(f"periodic job {name!r} has no usable message in Redis") from None
+    now = time.time()
+    msg = stamp(template, name, None, now, new_jid())
+    answer = enqueue(r, keys, name, msg, now)
+    if answer != "enqueued":
+        raise NoSuchJob(f"periodic job {name!r} was not pushed ({answer})")
+    return msg
+
+
+def set_status(r: redis_lib.Redis, keys: Keys, name: str, status: str) -> str:
+    """Set ``name`` enabled or disabled; the status it had."""
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+    before = _text(_find(r, keys, name), "status") or "enabled"
+    r.hset(keys.cron_job(name), "status", status)
+    return before
+
+
+# --- what the command and the page say -------------------------------------------------------
+
+def pushed_text(name: str, msg: dict) -> str:
+    return f"pushed {msg['class']} jid={msg['jid']} to queue {msg['queue']} (periodic job {name})"
+
+
+def status_text(name: str, before: str, status: str) -> str:
+    if before == status:
+        return f"periodic job {name} was already {status}"
+    return f"periodic job {name} {status}: " + (
+        "no master pushes it at its ticks until it is enabled again"
+        if status == "disabled" else "pushed again from its next tick")

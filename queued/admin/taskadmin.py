@@ -1,0 +1,82 @@
+"""What an operator does to a task from the dashboard's task page: see its callbacks (which job
+class each pushes, to which queue, under which jid, and whether it was pushed), retry its
+errors now (its jobs waiting in the retry set and those dead), and delete it.
+
+- Retrying its errors acts on the jobs where they are (queued.api's bulk retry, the jobs of
+  the task picked by their ``task_id``), so each is moved once, and a job a worker or the
+  scheduler took meanwhile is not touched. A ``failed`` job (``queued.JobFailed``) is not among
+  them: a business failure is never retried, and its payload is not kept.
+- Deleting a task removes its keys (the hash, its state sets, its records, errors and message
+  logs) and its place in the index, in one transaction. Its jobs still waiting run as any
+  job, outside a task (task.lua writes nothing for a task that is gone), and no callback is
+  pushed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from ..task import Task
+from .api import Admin
+from .entries import Filter
+from .names import to_key
+
+#: The callbacks a task may have, and the field of its hash that says it was pushed.
+KINDS = (("on_complete", "complete", "completed_at"), ("on_success", "success", "succeeded_at"))
+
+
+@dataclass
+class Callback:
+    kind: str               # on_complete, on_success
+    klass: str
+    queue: str
+    jid: str                # the jid task.lua gives it (one per task and kind)
+    pushed_at: float | None
+
+
+def callbacks(task: Task) -> list[Callback]:
+    """The task's callbacks, as its hash stores them (task.py: the payload in pieces around
+    what only the completing script knows)."""
+    r, key = task.client.redis, task.keys.task(task.id)
+    fields = [k for kind, _, mark in KINDS for k in (kind, mark)]
+    values = dict(zip(fields, r.hmget(key, fields)))
+    found = []
+    for kind, word, mark in KINDS:
+        stored = values[kind]
+        if not stored:
+            continue
+        klass, queue = _class_and_queue(stored)
+        jid = hashlib.sha1(to_key(f"{task.id}:{word}")).hexdigest()[:24]
+        at = values[mark]
+        found.append(Callback(kind, klass, queue, jid, float(at) if at else None))
+    return found
+
+
+def _class_and_queue(stored: bytes) -> tuple[str, str]:
+    """The class and queue of a stored callback: [queue, text before the args, before the
+    jid, before created_at, before enqueued_at, after], made whole with stand-ins."""
+    try:
+        pieces = json.loads(stored)
+        queue, parts = str(pieces[0]), [str(p) for p in pieces[1:6]]
+        msg = json.loads(parts[0] + "[]" + parts[1] + '""' + parts[2] + "0" + parts[3] + "0"
+                         + parts[4])
+        return str(msg.get("class", "?")), queue
+    except (ValueError, TypeError, IndexError, AttributeError):
+        return "?", "?"
+
+
+def retry_errors(admin: Admin, task: Task) -> tuple[int, int]:
+    """Push the task's errors to their queues now: (from the retry set, from dead)."""
+    where = Filter.of(task=task.id)
+    return admin.retries.retry_all(where), admin.dead.retry_all(where)
+
+
+def delete_task(task: Task) -> bool:
+    """Remove the task's keys and its place in the index; False if it was gone already."""
+    r, keys = task.client.redis, task.keys
+    pipe = r.pipeline(transaction=True)
+    pipe.exists(keys.task(task.id))
+    pipe.unlink(*keys.task_keys(task.id))
+    pipe.zrem(keys.tasks, task.id)
+    return bool(pipe.execute()[0])
