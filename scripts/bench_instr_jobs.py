@@ -72,7 +72,7 @@ def _drop(what: str) -> None:
         metrics.Recorder.record = _nothing
     elif what == "giveback":
         from queued.server import giveback
-        giveback.GiveBack.revoked = lambda self, slot: False
+        giveback.GiveBack.revoked = lambda self, slot, started=None: False
     elif what == "middleware":
         from queued import middleware
         middleware.Chain.invoke = lambda self, job, msg, queue, final: final()
