@@ -297,7 +297,19 @@ def bare_run(args, n: int, out_dir: str) -> dict[str, int]:
         server.stop()
 
 
-RUNS = {"daemon": daemon_run, "own": own_run, "bare": bare_run, "redis": redis_run}
+def snippet_run(args, n: int, out_dir: str) -> dict[str, int]:
+    """``--snippet SETUP STMT``: STMT n times after SETUP, in one process (timeit's way)."""
+    setup, stmt = args.snippet
+    code = ("import sys; sys.path[:0] = [%r, %r]\n%s\nfor _ in range(%d):\n    %s\n"
+            % (args.tree, HERE, setup, n, stmt))
+    out = os.path.join(out_dir, "cg.snippet")
+    subprocess.run(VALGRIND + [f"--callgrind-out-file={out}", PY, "-c", code], check=True,
+                   stderr=subprocess.DEVNULL)
+    return {"snippet": totals(out)}
+
+
+RUNS = {"daemon": daemon_run, "own": own_run, "bare": bare_run, "redis": redis_run,
+        "snippet": snippet_run}
 
 
 def main():
@@ -318,6 +330,8 @@ def main():
                       "queued (the default), the bare loop or Sidekiq running natively")
     mode.add_argument("--own", action="store_true", help="the job's own code alone")
     mode.add_argument("--bare", action="store_true", help="the bare BRPOP loop's process")
+    mode.add_argument("--snippet", nargs=2, metavar=("SETUP", "STMT"),
+                      help="a statement's instructions, in a process of its own")
     ap.add_argument("--sidekiq-row", default="sidekiq",
                     help="which Sidekiq (a row or configuration of scripts/bench_configs.py)")
     ap.add_argument("--redis-server", default=shutil.which("redis-server", path="/usr/bin")
@@ -327,7 +341,7 @@ def main():
     args.tree = os.path.abspath(args.tree)
     args.slow_jobs = 1000  # (bench_configs.Catalogue reads it)
     kind = ("redis" if args.system else "own" if args.own else "bare" if args.bare
-            else "daemon")
+            else "snippet" if args.snippet else "daemon")
     n1, n2 = (int(x) for x in args.jobs.split(","))
     runs = []
     for n in (n1, n2):
@@ -338,7 +352,7 @@ def main():
         if not args.keep:
             shutil.rmtree(out_dir, ignore_errors=True)
     per_job = {k: (runs[1][k] - runs[0][k]) / (n2 - n1) for k in ("master", "workers", "redis",
-                                                                  "own", "bare")
+                                                                  "own", "bare", "snippet")
                if k in runs[1]}
     label = " ".join(filter(None, [kind if kind != "redis" else f"redis ({args.system})",
                                    " ".join(args.set), "task" if args.task else "",

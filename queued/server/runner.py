@@ -260,9 +260,11 @@ class Runner:
             if handle is not None:
                 handle.cancel()
         elapsed = time.monotonic() - start
-        if self.ends_executor is not None and (error is not None or run.task_id is not None):
-            # Its end is a Redis round trip (or retried through an outage): on the ends
-            # thread, not the loop. Its run is over: its time limit no longer applies.
+        if self.ends_executor is not None and (error is not None or "unique_for" in msg):
+            # Its end is a Redis round trip (or retried through an outage; a unique job's
+            # lock release): on the ends thread, not the loop. Its run is over: its time
+            # limit no longer applies. (A success, of a task's job too, is queued for the
+            # dispatcher: sharedends.py.)
             lane.writer.ending()
             ctx = contextvars.copy_context()  # the job's log context goes with its end
             hook = await asyncio.get_running_loop().run_in_executor(
@@ -287,7 +289,8 @@ class Runner:
             args, kwargs = msg["args"], _NO_KWARGS
         info = self._info(cls)
         job_class = msg["class"]
-        if self._durations.get(job_class, SLOW_JOB) >= SLOW_JOB:
+        slow = self._durations.get(job_class, SLOW_JOB) >= SLOW_JOB
+        if slow:
             self._release_finished()
         timeout = self._timeout(msg, info)
         jid = msg["jid"]
@@ -302,7 +305,9 @@ class Runner:
         if tracking.TASK_FIELD in msg:
             task_id = tracking.task_id_of(msg)
             if task_id is not None:
-                self._working(task_id, msg, res.queue)
+                _task.set((task_id, jid))  # (for say())
+                if slow:
+                    self._working(task_id, msg, res.queue)
         return _Run(res, msg, name, shown, cls, args, kwargs, timeout, task_id, info)
 
     def _instance(self, run: _Run):
@@ -350,9 +355,11 @@ class Runner:
 
     # --- a job of a task, job operations ------------------------------------------------------
     def _working(self, task_id: str, msg: dict, queue: str) -> None:
-        """Mark a job of a task working as it starts, sent ahead (no wait). Its state only: if
-        Redis fails us here the job runs anyway, and its end writes its state for good."""
-        _task.set((task_id, msg["jid"]))
+        """Mark a job of a task that may run long working as it starts, sent ahead (no wait).
+        Its state only: if Redis fails us here the job runs anyway, and its end writes its
+        state for good. A job of a class known to be short (under SLOW_JOB) is not marked:
+        its end follows within milliseconds, and a mark per job was a third of what a task's
+        job cost (issue 18); its end writes its record then if its task had none."""
         ks, args = tracking.mark_call(self.keys, tracking.Move(task_id, msg["jid"], "working"),
                                       tracking.record_json(msg, queue))
         self.ends.send_ahead(tracking.TASK_MARK, ks, args, keep=False)
