@@ -121,6 +121,11 @@ class Keys:
         writes it with COPY, gives it a TTL and unlinks it when done)."""
         return f"{self.ns}queued:snapshot:{token}"
 
+    def snapshot_held(self, token: str) -> str:
+        """string "1" with the TTL of a copy kept for a question's answer: the copy was taken
+        (a copy of an empty set is no key at all); admin/snapshot.py."""
+        return f"{self.ns}queued:snapshot-held:{token}"
+
     # --- periodic jobs: sidekiq-cron 1.x's layout (the one beside Sidekiq 6.4), so its Web UI
     # tab shows queued's schedules; not under queued: for that reason -----------------------
     @property

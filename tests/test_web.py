@@ -58,7 +58,8 @@ def token(client, path="/dead") -> str:
 POSTS = [("/dead", {"action": "delete", "scope": "all"}, (0, 1, 1, [])),
          ("/retries", {"action": "delete", "scope": "all"}, (1, 0, 1, [])),
          ("/queues/default", {"action": "clear"}, (1, 1, 0, [])),
-         ("/busy", {"action": "stop", "identity": "*"}, (1, 1, 1, [b"TERM"]))]
+         ("/busy", {"action": "stop", "scope": "all", "identity": "web-host:4242:0a1b2c"},
+          (1, 1, 1, [b"TERM"]))]
 LIVE = "web-host:4242:0a1b2c"
 
 
@@ -494,7 +495,7 @@ def test_every_queue_row_links_and_acts_on_exactly_its_queue(browser_like, r):
         assert done.status_code == 200 and str(done.url.path) == "/queues", name
         after = {n: r.llen(f"queue:{n}") for n in ODD_NAMES}
         assert after == {**before, name: 0}, name
-        said, expected = flash_of(done.text), f"cleared {name}: 1 jobs deleted"
+        said, expected = flash_of(done.text), f"cleared {name}: 1 job deleted"
         if len(expected) <= flash.MAX_TEXT:
             assert said == expected
         else:  # (a 2,000-character name: its middle is left out of the message)

@@ -16,6 +16,8 @@ import jobs
 import taskjobs
 from conftest import IN_CI
 from harness import ROOT, counts, wait_for
+from test_admin_exact import member
+from test_web_exact import cron_job
 from webserve import serve
 
 
@@ -218,7 +220,8 @@ def test_bulk_delete_of_a_filtered_selection_deletes_exactly_the_matches(page, r
     page.wait_for_selector("p.flash")
     # Then the question said how many, and exactly those 12 are gone
     assert page.dialogs == ["Delete 12 jobs that match this search?"]
-    assert page.inner_text("p.flash") == "deleted 12 jobs (every match)"
+    assert page.inner_text("p.flash") == ("deleted 12 jobs of the 12 counted when asked (every "
+                                          "match then; any since are left)")
     left = {json.loads(m)["jid"] for m in r.zrange("dead", 0, -1)}
     assert left == {f"j{i}" for i in range(12, 30)}
     # When two ticked rows are deleted
@@ -287,7 +290,9 @@ def test_each_queue_row_opens_and_clears_its_own_queue(page, r):
         page.click(f"{row('queues', 'data-queue', name)} button[value=clear]")
         page.wait_for_selector("p.flash")
         # Then exactly that queue was cleared
-        assert page.inner_text("p.flash") == f"cleared {name}: {i + 1} jobs deleted"
+        jobs = f"{i + 1} job{'s' if i else ''}"
+        assert page.inner_text("p.flash") == (f"cleared {name}: {jobs} deleted of the {i + 1} "
+                                              f"counted when asked (jobs pushed since stay)")
         assert {n: r.llen(f"queue:{n}") for n in URL_NAMES} == {**before, name: 0}
 
 
@@ -538,7 +543,8 @@ def test_a_queue_named_by_bytes_that_are_not_utf8(page, r):
     page.click("#queue-actions button[value=clear]")
     page.wait_for_selector("p.flash")
     assert page.dialogs == ["Delete all 2 jobs of queue \\xff\\xfe?"]
-    assert page.inner_text("p.flash") == "cleared \\xff\\xfe: 2 jobs deleted"
+    assert page.inner_text("p.flash") == ("cleared \\xff\\xfe: 2 jobs deleted of the 2 counted "
+                                          "when asked (jobs pushed since stay)")
     assert r.llen(b"queue:\xff\xfe") == 0 and r.smembers("queues") == {b"default"}
 
 
@@ -594,7 +600,8 @@ def test_long_names_and_a_set_of_100000_jobs_read_well(page, r):
     page.click("#all-matches button[value=retry]")
     page.wait_for_selector("p.flash", timeout=60_000)
     assert page.dialogs == ["Retry 2,000 jobs that match this search now?"]
-    assert page.inner_text("p.flash") == "retried 2,000 jobs (every match)"
+    assert page.inner_text("p.flash") == ("retried 2,000 jobs of the 2,000 counted when asked "
+                                          "(every match then; any since are left)")
     assert r.zcard("dead") == 98_000
 
 
@@ -668,3 +675,57 @@ def test_each_queue_of_any_name_deletes_its_own_job_and_finds_the_other(page, r)
         page.click("#places tr[data-where=queue] a")
         page.wait_for_selector("#jobs")
         assert page.text_content("main h1 code") == name
+
+
+# --- red team RT1: each Cron row acts on its own key; a question's number is what is done -----
+
+def test_each_cron_row_disables_its_own_key_whatever_its_name(page, r):
+    # Given schedules named by plain text, a URL's characters, a newline, bytes that are not
+    # UTF-8, and a hash whose name field differs from its key (a sidekiq-cron rename)
+    names = [b"plain", b"a?b", b"x\ny", b"\xff\xfe", b"keyA"]
+    for name in names:
+        cron_job(r, name, b"plain" if name == b"keyA" else None)
+    for _ in names:
+        # When the first row still enabled is disabled
+        page.goto("/cron")
+        before = {n: r.hget(b"cron_job:" + n, "status") for n in names}
+        row = page.locator("#cron tbody tr").filter(
+            has=page.locator("button[value=disable]")).first
+        shown = row.locator("td b").first.inner_text()
+        row.locator("button[value=disable]").click()
+        page.wait_for_selector("p.flash")
+        # Then exactly one key is, one that was enabled (a newline went as CRLF, a name that
+        # is not UTF-8 was read as another, a row named by its hash's field hit another key)
+        after = {n: r.hget(b"cron_job:" + n, "status") for n in names}
+        changed = [n for n in names if after[n] != before[n]]
+        assert len(changed) == 1 and before[changed[0]] == b"enabled", (shown, changed)
+        assert page.inner_text("p.flash").endswith(
+            "disabled: no master pushes it at its ticks until it is enabled again"), shown
+    shot(page, "cron-odd-names")
+    assert {n: r.hget(b"cron_job:" + n, "status") for n in names} == \
+        {n: b"disabled" for n in names}
+    assert sorted(r.keys(b"cron_job:*")) == sorted(b"cron_job:" + n for n in names)
+
+
+def test_delete_all_deletes_the_jobs_its_question_counted(browser, web, r):
+    # Given 3 dead jobs (a page of its own: its question is answered after more jobs die)
+    r.zadd("dead", {member(f"old{i}"): time.time() - i for i in range(3)})
+    context = browser.new_context(base_url=web)
+    page = context.new_page()
+    asked = []
+
+    def answer(dialog):  # while the operator reads the question, 50 more jobs die
+        asked.append(dialog.message)
+        r.zadd("dead", {member(f"new{i}"): time.time() for i in range(50)})
+        dialog.accept()
+    page.on("dialog", answer)
+    try:
+        page.goto("/dead")
+        page.click("#all-jobs button[value=delete]")
+        page.wait_for_selector("p.flash")
+        assert asked == ["Delete all 3 jobs of Dead?"]
+        assert page.inner_text("p.flash") == ("deleted 3 jobs of the 3 counted when asked "
+                                              "(the whole set then; any since are left)")
+        assert r.zcard("dead") == 50
+    finally:
+        context.close()

@@ -35,6 +35,8 @@ def served(redis_server, tmp_path_factory):
 @pytest.fixture
 def client(r):
     with TestClient(create_app(r, secret_key="s3cret"), base_url="http://localhost") as c:
+        # (as app.js does: a count kept for a question sends the page's token)
+        c.headers["x-csrf-token"] = token_of(c.get("/dead").text)
         yield c
 
 
@@ -305,7 +307,10 @@ def test_a_search_counts_every_match_of_a_large_set(client, r):
     assert [(a, html.unescape(q)) for a, q, _ in buttons] == [
         ("retry", "Retry {n} jobs that match this search now?"),
         ("delete", "Delete {n} jobs that match this search?")]
-    assert {html.unescape(c) for _, _, c in buttons} == {html.unescape(url)}
+    # (on a copy kept for the answer: hold=1, whose token the form sends back)
+    assert {html.unescape(c) for _, _, c in buttons} == {html.unescape(url) + "&hold=1"}
+    held = client.get(html.unescape(buttons[0][2])).json()
+    assert (held["count"], held["size"], len(held["token"])) == (2_500, 100_000, 24)
     # and with no search, the whole set
     assert client.get("/dead/count").json() == {"count": 100_000, "size": 100_000}
 

@@ -170,7 +170,7 @@ class Admin:
         out = []
         for p, work in zip(procs, pipe.execute()):
             for tid, value in sorted(work.items()):
-                out.append(Running.from_work(p.identity, tid.decode(), value, now, p.pid))
+                out.append(Running.from_work(p.identity, name_of(tid), value, now, p.pid))
         return out
 
 

@@ -36,7 +36,8 @@ def _list(ctx: Context, args) -> int:
     now = ctx.now
     out.print_table(
         "Periodic jobs", ["Name", "Schedule", "Class", "Queue", "Status", "Next run", "Last run"],
-        [(r["name"], _schedule(r), r["class"], r["queue"], r["status"],
+        [(out.name(r["name"]), _schedule(r), out.name(r["class"]), out.name(r["queue"]),
+          r["status"],
           _when(r["next_run"], now), out.when(r["last_run"], now)) for r in rows],
         caption=f"{out.plural(len(rows), 'periodic job')}, "
                 f"{sum(r['status'] != 'enabled' for r in rows)} disabled")
@@ -66,7 +67,7 @@ def _enqueue(ctx: Context, args) -> int:
     if args.json:
         out.emit_json({"name": args.name, "jid": msg["jid"], "queue": msg["queue"]})
     else:
-        out.say(pushed_text(args.name, msg))
+        out.say(pushed_text(out.name(args.name), msg))
     return 0
 
 
@@ -78,7 +79,7 @@ def _set_status(ctx: Context, args, status: str) -> int:
     if args.json:
         out.emit_json({"name": args.name, "status": status, "changed": before != status})
     else:
-        out.say(status_text(args.name, before, status))
+        out.say(status_text(out.name(args.name), before, status))
     return 0
 
 

@@ -158,7 +158,7 @@ def connect(url: str, source: str, timeout: float) -> redis_lib.Redis:
 # --- main ---------------------------------------------------------------------------------------
 
 def _fail(text: str, status: int) -> int:
-    sys.stderr.write(f"queuedctl: {text}\n")
+    out.warn(text)
     return status
 
 
@@ -180,7 +180,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _safe_streams() -> None:
+    """What UTF-8 cannot encode is written as an escape, never raised: every output escapes
+    names and data (ctltext.py); this is for anything that slips past, under a strict UTF-8
+    stdout (a UTF-8 locale, PYTHONIOENCODING=utf-8) as under C.UTF-8's surrogateescape."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _safe_streams()
     args = parse(argv)
     spec: ctlcmds.Command = args.spec
     url = None

@@ -20,6 +20,7 @@ import redis as redis_lib
 from ..suggest import did_you_mean
 from .api import Admin
 from .deadlimits import DeadLimits
+from .names import name_of, to_key
 from . import ctlout as out
 
 
@@ -139,7 +140,7 @@ def _history_arguments(p: argparse.ArgumentParser) -> None:
 def _queue_table(queues) -> None:
     total = sum(q.size for q in queues)
     out.print_table("Queues", ["Queue", "Size", "Latency", "Paused"],
-                    [(q.name, out.count(q.size), out.duration(q.latency),
+                    [(out.name(q.name), out.count(q.size), out.duration(q.latency),
                       "paused" if q.paused else "") for q in queues],
                     caption=f"{out.plural(len(queues), 'queue')}, {out.plural(total, 'job')}",
                     right=("Size", "Latency"))
@@ -155,7 +156,8 @@ def run_queues(ctx: Context, args) -> int:
 
 
 def _queue_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("queue", metavar="QUEUE", type=_queue_name, help="the queue's name")
+    p.add_argument("queue", metavar="QUEUE", type=queue_name,
+                   help="the queue's name, or queue:NAME (queue: alone: the empty name)")
     json_flag(p)
 
 
@@ -172,22 +174,24 @@ def run_pause(ctx: Context, args) -> int:
     warning and exit 1. --force: paused either way, exit 0."""
     known = _known_queues(ctx)
     served = {q for p in ctx.admin.processes() for q in p.queues}
-    if args.queue not in known | served and not args.force:
-        raise Unhealthy(f"no queue named {args.queue}: it holds no jobs and no live process "
-                        f"serves it; nothing paused"
+    exists = args.queue in known | served or ctx.admin.queue(args.queue).size() > 0
+    if not exists and not args.force:
+        raise Unhealthy(f"no queue named {out.name(args.queue)}: it holds no jobs and no live "
+                        f"process serves it; nothing paused"
                         f"{did_you_mean(args.queue, known | served)} (--force pauses it "
                         f"anyway)")
     status = _pause(ctx, args, True)
     if args.queue not in served and not args.force:
-        out.warn(f"no live process serves queue {args.queue} (queuedctl processes lists "
-                 f"what each serves); it is paused for whoever starts serving it")
+        out.warn(f"no live process serves queue {out.name(args.queue)} (queuedctl processes "
+                 f"lists what each serves); it is paused for whoever starts serving it")
         return 1
     return status
 
 
 def _known_queues(ctx: Context) -> set[str]:
-    """Queues with jobs (or listed in ``queues``) and paused ones."""
-    names = {n.decode() for n in ctx.admin.r.sscan_iter(ctx.admin.keys.queues)}
+    """Queues listed in ``queues`` and paused ones (a queue holding jobs that a producer
+    never listed in ``queues``, PHP's LPUSH alone, is found by its length: run_pause)."""
+    names = {name_of(n) for n in ctx.admin.r.sscan_iter(ctx.admin.keys.queues)}
     return names | set(ctx.admin.paused())
 
 
@@ -203,29 +207,39 @@ def _pause(ctx: Context, args, pause: bool) -> int:
         out.emit_json({"queue": args.queue, "paused": pause, "changed": changed,
                        "size": size})
     elif not changed:
-        out.say(f"queue {args.queue} was already {'paused' if pause else 'not paused'}")
+        out.say(f"queue {out.name(args.queue)} was already "
+                f"{'paused' if pause else 'not paused'}")
     elif pause:
-        out.say(f"paused queue {args.queue}: workers take no more jobs from it "
+        out.say(f"paused queue {out.name(args.queue)}: workers take no more jobs from it "
                 f"({out.count(size)} waiting)")
     else:
-        out.say(f"unpaused queue {args.queue}: workers take jobs from it again "
+        out.say(f"unpaused queue {out.name(args.queue)}: workers take jobs from it again "
                 f"({out.count(size)} waiting)")
     return 0
 
 
 def run_clear(ctx: Context, args) -> int:
+    """Asked, it deletes at most the jobs it counted (a copy taken for the question; red team
+    RT1, finding 7), and jobs pushed while the question was read stay; with --yes, every job
+    of the queue in one step (Sidekiq's clear)."""
     queue = ctx.admin.queue(args.queue)
-    size = queue.size()
-    known = size or ctx.admin.r.sismember(ctx.admin.keys.queues, args.queue)
+    shown = out.name(args.queue)
+    known = queue.size() or ctx.admin.r.sismember(ctx.admin.keys.queues, to_key(args.queue))
     if not known:
-        raise Unhealthy(f"no queue named {args.queue} (queuedctl queues lists them)")
-    confirmed(args, f"Delete the {out.count(size)} jobs of queue {args.queue}?",
-              f"clearing queue {args.queue}")
-    cleared = queue.clear()
+        raise Unhealthy(f"no queue named {shown} (queuedctl queues lists them)")
+    if args.yes:
+        cleared = queue.clear()
+    else:
+        can_ask(args, f"clearing queue {shown}")
+        with queue.snapshot() as snap:
+            confirmed(args, f"Delete the {out.count(snap.count)} jobs of queue {shown}?",
+                      f"clearing queue {shown}")
+            with out.Bar(f"clear {shown}", snap.count) as bar:
+                cleared = queue.clear_counted(snap, progress=bar.callback)
     if args.json:
         out.emit_json({"queue": args.queue, "cleared": cleared})
     else:
-        out.say(f"cleared queue {args.queue}: {out.plural(cleared, 'job')} deleted")
+        out.say(f"cleared queue {shown}: {out.plural(cleared, 'job')} deleted")
     return 0
 
 
@@ -258,9 +272,21 @@ def confirmed(args, question: str, what: str) -> None:
 
 # --- argument types ------------------------------------------------------------------------------
 
-def _queue_name(text: str) -> str:
-    if not text or text.strip() != text:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a queue name")
+#: A queue on the command line: its name as it is (the shell's quotes keep blanks and
+#: newlines: ``pause ' low'``, ``pause $'\\xff\\xfe'``), or ``queue:NAME`` as a SET is named;
+#: ``queue:`` is the empty name, and a name that starts with ``queue:`` is given as
+#: ``queue:queue:...``. A bare empty argument is refused: an unset shell variable
+#: (``queuedctl clear "$Q"``) must not name the queue whose name is empty.
+QUEUE_PREFIX = "queue:"
+
+
+def queue_name(text: str) -> str:
+    if text.startswith(QUEUE_PREFIX):
+        return text[len(QUEUE_PREFIX):]
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "an empty argument is not a queue; the queue whose name is empty is "
+            "queue: (nothing after the colon)")
     return text
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from . import ctlout as out
-from .ctlcmds import Command, Context, Unhealthy, json_flag
+from .ctlcmds import Command, Context, Unhealthy, Usage, json_flag
 from .entries import Entry
 from .errors import error_groups
 from .find import Place, locate
@@ -42,8 +42,9 @@ def run_errors(ctx: Context, args) -> int:
     out.print_table(
         f"Errors in {args.set}, the largest groups first",
         ["Count", "Class", "Error", "Latest message", "Latest"],
-        [(out.count(g.count), g.klass, g.error_class or "-", out.cut(g.latest_message, 70),
-          out.when(g.latest_at, ctx.now)) for g in groups],
+        [(out.count(g.count), out.name(g.klass), out.name(g.error_class) if g.error_class
+          else "-", out.cut(g.latest_message, 70), out.when(g.latest_at, ctx.now))
+         for g in groups],
         caption=f"{out.plural(len(groups), 'group')}, {out.plural(total, 'job')} in {args.set}",
         right=("Count",))
     return 0
@@ -58,6 +59,11 @@ def _find_arguments(p: argparse.ArgumentParser) -> None:
     json_flag(p)
 
 
+def _check_find(args) -> None:
+    if not args.jid:
+        raise Usage("a jid cannot be empty")
+
+
 def run_find(ctx: Context, args) -> int:
     places = locate(ctx.admin, args.jid, ctx.now)
     if args.json:
@@ -68,12 +74,14 @@ def run_find(ctx: Context, args) -> int:
                     doc["backtrace"] = p.entry.backtrace
         out.emit_json({"jid": args.jid, "found": bool(places), "places": docs})
     elif places:
-        out.print_table(f"job {args.jid}", ["Where", "When", "Class", "Queue", "Detail"],
+        out.print_table(f"job {out.name(args.jid)}", ["Where", "When", "Class", "Queue",
+                                                       "Detail"],
                         [_row(p, ctx.now) for p in places])
         if args.backtrace:
             _backtraces(places)
     if not places:
-        raise Unhealthy(f"no job {args.jid} on {ctx.where}: not in a queue, the schedule, "
+        raise Unhealthy(f"no job {out.name(args.jid)} on {ctx.where}: not in a queue, the "
+                        f"schedule, "
                         f"the retry or dead set, running, fetched, nor in a task")
     return 0
 
@@ -81,26 +89,26 @@ def run_find(ctx: Context, args) -> int:
 def _row(p: Place, now: float) -> tuple[str, str, str, str, str]:
     """(where, when, class, queue, what that place says)."""
     e = p.entry
-    klass = e.klass if e is not None else str((p.record or {}).get("class") or "-")
-    when = out.when(p.at, now)
+    klass = out.name(e.klass if e is not None else str((p.record or {}).get("class") or "-"))
+    when, queue = out.when(p.at, now), out.name(p.queue or "")
     if p.where == "queue":
-        return ("queue", f"enqueued {when}", klass, p.queue or "",
+        return ("queue", f"enqueued {when}", klass, queue,
                 f"position {out.count(p.position or 0)} of {out.count(p.length or 0)} "
                 f"(1 runs next)")
     if p.where == "schedule":
-        return ("scheduled", f"runs {when}", klass, p.queue or "", _args(e))
+        return ("scheduled", f"runs {when}", klass, queue, _args(e))
     if p.where in ("retry", "dead"):
         verb = "retries" if p.where == "retry" else "died"
-        return (p.where, f"{verb} {when}", klass, p.queue or "", _failure(e))
+        return (p.where, f"{verb} {when}", klass, queue, _failure(e))
     if p.where == "running":
-        return ("running", f"started {when}", klass, p.queue or "",
-                f"on {p.identity} pid {p.pid if p.pid is not None else '-'} "
+        return ("running", f"started {when}", klass, queue,
+                f"on {out.name(p.identity)} pid {p.pid if p.pid is not None else '-'} "
                 f"worker {p.worker}")
     if p.where == "reserved":
-        return ("fetched", "-", klass, p.queue or "",
-                f"held by {p.identity} worker {p.worker} (in its batch, or its end not "
-                f"written yet)")
-    return ("task", "-", klass, str((p.record or {}).get("queue") or "-"), _task(p))
+        return ("fetched", "-", klass, queue,
+                f"held by {out.name(p.identity)} worker {p.worker} (in its batch, or its end "
+                f"not written yet)")
+    return ("task", "-", klass, out.name(str((p.record or {}).get("queue") or "-")), _task(p))
 
 
 def _args(e: Entry | None) -> str:
@@ -123,7 +131,7 @@ def _task(p: Place) -> str:
     said = f": {out.cut(error.get('class', '') + ': ' + error.get('message', ''), 60)}" \
         if error else ""
     name = f" ({out.cut(p.task_description, 40)})" if p.task_description else ""
-    return f"task {p.task_id}{name}: {status}{said}"
+    return f"task {out.name(p.task_id)}{name}: {status}{said}"
 
 
 def _backtraces(places: list[Place]) -> None:
@@ -145,9 +153,10 @@ COMMANDS = [
             "group with its count and its latest message and time, the largest first: "
             "what is failing, at a glance. ActiveJob jobs count under their own class.",
             epilog="examples:\n  queuedctl errors dead\n  queuedctl errors retry --json\n"
-                   "then: queuedctl jobs dead --class CLASS --error ERROR"),
+                   "then, for one group: queuedctl jobs dead --class CLASS --error-class "
+                   "ERROR (retry, delete, kill: the same filters, with --all)"),
     Command("find", "where a job is now: queue, schedule, retry, dead, running, its task",
-            run_find, _find_arguments, tables=True,
+            run_find, _find_arguments, tables=True, check=_check_find,
             description="Look for JID everywhere: the queues (its position), the schedule, "
             "the retry and dead sets, the running jobs (process, pid, worker), the jobs "
             "workers have fetched, and the tasks. Exit 0 when found, 1 when nowhere.",

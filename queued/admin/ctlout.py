@@ -10,6 +10,7 @@ only when a table or a progress bar is drawn on a terminal; ``plain``, ``tsv``, 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from typing import Any, Callable, Iterable, Sequence
@@ -63,19 +64,43 @@ def lines_only() -> bool:
 
 # --- JSON ---------------------------------------------------------------------------------------
 
+#: A code point UTF-8 cannot encode (see json_text).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(document: Any, **options: Any) -> str:
+    """JSON text that is valid UTF-8 whatever Redis held: a name or a value read from bytes
+    that are not UTF-8 holds surrogateescape's U+DC80..U+DCFF (names.py), a JSON string from
+    Node may hold a lone ``\\ud83d``; each such code point is written as its ``\\uXXXX``
+    escape (raw, it was bytes that are not UTF-8, or an encoding error under a strict UTF-8
+    stdout). ``json.loads`` gives the same text back, and ``.encode("utf-8",
+    "surrogateescape")`` a name's bytes."""
+    text = json.dumps(document, ensure_ascii=False, **options)
+    if _SURROGATE.search(text):  # (only ever inside a string: the rest of the text is ASCII)
+        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text
+
+
 def emit_json(document: Any) -> None:
     """The one JSON document a ``--json`` run prints on stdout."""
-    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_text(document, indent=2) + "\n")
 
 
 def say(text: str, stream=None) -> None:
-    """A line for people on stdout (what was done), or on ``stream``."""
-    (stream or sys.stdout).write(text + "\n")
+    """A line for people on stdout (what was done), or on ``stream``; what a terminal acts on
+    escaped (ctltext.visible: names and messages in it come from Redis)."""
+    (stream or sys.stdout).write(ctltext.visible_lines(text) + "\n")
     (stream or sys.stdout).flush()  # (a line a watching script reads as it comes)
 
 
 def warn(text: str) -> None:
-    sys.stderr.write(f"queuedctl: {text}\n")
+    sys.stderr.write(f"queuedctl: {ctltext.visible_lines(text)}\n")
+
+
+def name(text: str) -> str:
+    """A name (queue, process, class, task, periodic job) for people: ctltext.name, except in
+    tsv, whose escapes are unambiguous already."""
+    return str(text) if OUTPUT.format == "tsv" else ctltext.name(text)
 
 
 # --- tables -------------------------------------------------------------------------------------
@@ -117,8 +142,10 @@ def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequen
     require_rich()
     from rich.table import Table
     from rich.text import Text
-    cells = [[str(cell) for cell in row] for row in rows]
-    table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
+    cells = [[ctltext.one_line(cell) for cell in row] for row in rows]
+    table = Table(title=title and ctltext.visible(title),
+                  caption=caption and ctltext.visible(caption), title_justify="left",
+                  caption_justify="left")
     for name in columns:
         # (no_wrap, not min_width: rich shrinks the other columns around a no_wrap one, but
         # crops the table's right side to honour a min_width)
@@ -134,7 +161,7 @@ def print_pairs(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
     terminal: a line per name, without the title)."""
     if lines_only():
         draw = ctltext.tsv_lines if OUTPUT.format == "tsv" else ctltext.plain_lines
-        for line in list(draw(["Name", "Value"], ([n, str(v)] for n, v in pairs)))[1:]:
+        for line in list(draw(["Name", "Value"], ([k, str(v)] for k, v in pairs)))[1:]:
             sys.stdout.write(line + "\n")
         return
     require_rich()
@@ -142,10 +169,10 @@ def print_pairs(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
     table = Table(show_header=False)
     table.add_column("name")
     table.add_column("value", justify="right")
-    for name, value in pairs:
-        table.add_row(name, str(value))
+    for label, value in pairs:
+        table.add_row(label, ctltext.one_line(value))
     console = _console()
-    console.print(title)
+    console.print(ctltext.visible(title))
     console.print(table)
 
 
@@ -181,7 +208,8 @@ class Bar:
                        "examined"), TimeElapsedColumn(),
             console=Console(stderr=True), transient=False)
         self._progress.start()
-        self._task = self._progress.add_task(self.label, total=max(self.total, 1), done=0)
+        self._task = self._progress.add_task(ctltext.visible(self.label),
+                                             total=max(self.total, 1), done=0)
         return self
 
     @property
@@ -287,7 +315,12 @@ def cut(text: str, width: int) -> str:
     text = ctltext.one_line(text)
     if lines_only():
         return text
-    return text if len(text) <= width else text[:width - 1] + "…"
+    if len(text) <= width:
+        return text
+    text = text[:width - 1]
+    if "\\" in text[-6:]:  # (an escape cut in two would read as another character)
+        text = text[:text.rindex("\\")]
+    return text + "…"
 
 
 def compact(value: Any, width: int = 60) -> str:

@@ -45,7 +45,8 @@ def run_processes(ctx: Context, args) -> int:
     out.print_table(
         "Processes", ["Identity", "Tag", "Started", "Queues", "Busy", "Reserved", "State",
                       "Beat", "RSS"],
-        [(p.identity, p.tag, out.when(p.started_at, now), ", ".join(dict.fromkeys(p.queues)),
+        [(out.name(p.identity), p.tag, out.when(p.started_at, now),
+          ", ".join(out.name(q) for q in dict.fromkeys(p.queues)),
           f"{p.busy}/{p.concurrency}", str(p.reserved), _state(p, now), out.when(p.beat, now),
           out.megabytes(p.rss_kb)) for p in procs],
         caption=f"{out.plural(len(procs), 'process')}, {busy} of {threads} busy",
@@ -55,7 +56,7 @@ def run_processes(ctx: Context, args) -> int:
     stream = sys.stderr if out.lines_only() else None
     for p in procs:
         for hang in p.hangs:
-            out.say(f"{p.identity}: {describe_hang(hang)}", stream)
+            out.say(f"{out.name(p.identity)}: {describe_hang(hang)}", stream)
     return 0
 
 
@@ -78,8 +79,9 @@ def run_running(ctx: Context, args) -> int:
     out.print_table(
         "Running jobs", ["Process", "PID", "Worker", "JID", "Queue", "Class", "Args",
                          "Started"],
-        [(r.identity, "-" if r.pid is None else r.pid, r.worker, r.entry.jid, r.queue,
-          r.entry.klass, out.compact(r.entry.args, 50), out.when(r.run_at, ctx.now))
+        [(out.name(r.identity), "-" if r.pid is None else r.pid, r.worker, out.name(r.entry.jid),
+          out.name(r.queue), out.name(r.entry.klass), out.compact(r.entry.args, 50),
+          out.when(r.run_at, ctx.now))
          for r in running],
         caption=f"{out.plural(len(running), 'job')} running", right=("PID",))
     return 0
@@ -115,10 +117,11 @@ def _targets(ctx: Context, args) -> list[Process]:
     exact = [p for p in procs if p.identity == args.identity]
     found = exact or [p for p in procs if p.identity.startswith(args.identity)]
     if not found:
-        raise Unhealthy(f"no live process {args.identity} (queuedctl processes lists them)")
+        raise Unhealthy(f"no live process {out.name(args.identity)} (queuedctl processes "
+                        f"lists them)")
     if len(found) > 1:
-        raise Usage(f"{args.identity} could be any of "
-                    f"{', '.join(p.identity for p in found)}: give more of it")
+        raise Usage(f"{out.name(args.identity)} could be any of "
+                    f"{', '.join(out.name(p.identity) for p in found)}: give more of it")
     return found
 
 
@@ -134,8 +137,8 @@ def _run_signal(command: str):
                            "processes": [p.identity for p in targets]})
         else:
             for p in targets:
-                out.say(f"{signal_name} sent to {p.identity}: it {effect} at its next "
-                        f"heartbeat")
+                out.say(f"{signal_name} sent to {out.name(p.identity)}: it {effect} at its "
+                        f"next heartbeat")
         return 0
     return run
 

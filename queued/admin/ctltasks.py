@@ -14,8 +14,9 @@ import sys
 import time
 
 from .. import client as client_mod
-from ..task import Task, recent, state_word as state
-from . import ctlout as out
+from ..task import Task, state_word as state
+from . import ctlout as out, ctltext
+from .names import ExactKeys, name_of
 from .tasksummary import Pace, next_retry, summary
 from .ctlcmds import Command, Context, Unhealthy, json_flag, positive
 
@@ -28,14 +29,23 @@ SHOWN = ("enqueued", "working", "finished", "failed", "retrying", "error")
 
 
 def _client(ctx: Context) -> client_mod.Client:
-    return client_mod.Client(ctx.client, namespace=ctx.namespace)
+    """A client whose task keys are bytes (names.ExactKeys): a task id that is not UTF-8 (a
+    producer in another language made it) reads its own keys."""
+    client = client_mod.Client(ctx.client, namespace=ctx.namespace)
+    client.keys = ExactKeys(ctx.namespace)
+    return client
 
 
 def _find(ctx: Context, task_id: str) -> Task:
     task = Task.find(task_id, _client(ctx))
     if task is None:
-        raise Unhealthy(f"no task {task_id} on {ctx.where} (never made, or expired)")
+        raise Unhealthy(f"no task {out.name(task_id)} on {ctx.where} (never made, or expired)")
     return task
+
+
+def _gone(task: Task) -> bool:
+    """The task was deleted (the dashboard's Delete) or expired since it was found."""
+    return not task.client.redis.exists(task.keys.task(task.id))
 
 
 def failures(task: Task, limit: int) -> list[dict]:
@@ -65,7 +75,7 @@ def run_task(ctx: Context, args) -> int:
     if args.seal or args.total is not None:
         task.seal(total=args.total)
         if not args.json and not args.watch:
-            out.say(f"sealed task {task.id}"
+            out.say(f"sealed task {out.name(task.id)}"
                     + (f" (total {args.total:,})" if args.total is not None else ""))
             return 0
     if args.watch:
@@ -93,6 +103,11 @@ class _Watch:
         self.state: str | None = None
 
     def read(self) -> dict:
+        """The task now; Unhealthy once it is gone (red team RT1, finding 4: a deleted task
+        read as an open one of 0 jobs, and the watch never ended)."""
+        if _gone(self.task):
+            raise Unhealthy(f"task {out.name(self.task.id)} is gone (deleted, or expired) "
+                            f"while it was watched")
         doc = document(self.task, 0)
         s, now = doc["summary"], time.monotonic()
         self.pace.add(s["final"], now)
@@ -169,8 +184,8 @@ def _show(doc: dict, now: float) -> None:
         out.console().print(_render(doc, now, doc["failures"]))
         return
     s = doc["summary"]
-    out.print_pairs(f"task {doc['id']}", [
-        ("task", doc["id"]), ("description", doc["description"] or "-"),
+    out.print_pairs(f"task {out.name(doc['id'])}", [
+        ("task", out.name(doc["id"])), ("description", doc["description"] or "-"),
         ("state", s["state"]),
         ("progress", f"{out.count(s['final'])}/{out.count(s['total'])} final "
                      f"({s['percent']} %)"),
@@ -189,7 +204,8 @@ def _render(doc: dict, now: float, shown: list[dict], pace: str = ""):
     from rich.table import Table
     from rich.text import Text
     s = doc["summary"]
-    title = Text(f"task {doc['id']}  {doc['description']}".rstrip())
+    title = Text(ctltext.visible(f"task {out.name(doc['id'])}  {doc['description']}")
+                 .rstrip())
     line = Table.grid(padding=(0, 1))
     line.add_row(ProgressBar(total=max(s["total"], 1), completed=s["final"], width=30),
                  Text(f"{s['final']:,}/{s['total']:,} final  {s['percent']} %  {s['state']}"
@@ -214,7 +230,7 @@ def _failure_table(records: list[dict], of: int, renderable: bool = False):
         error = r["error"] or {}
         status = "error (retrying)" if r["retrying"] else r["status"]
         last = r["messages"][-1]["text"] if r["messages"] else ""
-        rows.append((r["jid"], r["class"] or "-", status,
+        rows.append((out.name(r["jid"]), out.name(r["class"] or "-"), status,
                      out.cut(f"{error.get('class', '')}: {error.get('message', '')}", 80),
                      out.cut(last, 60)))
     columns = ["JID", "Class", "Status", "Error", "Last message"]
@@ -228,7 +244,7 @@ def _failure_table(records: list[dict], of: int, renderable: bool = False):
     for name in columns:
         table.add_column(name, overflow="fold", no_wrap=name == "JID")
     for row in rows:
-        table.add_row(*(Text(str(cell)) for cell in row))
+        table.add_row(*(Text(ctltext.one_line(cell)) for cell in row))
     return table
 
 
@@ -263,9 +279,16 @@ def _seconds(text: str) -> float:
 
 # --- tasks --------------------------------------------------------------------------------------
 
+def _recent(ctx: Context, limit: int) -> list[Task]:
+    """The newest tasks of the index (queued.task.recent, with ids that are not UTF-8)."""
+    client = _client(ctx)
+    ids = client.redis.zrevrange(client.keys.tasks, 0, limit - 1)
+    return [t for t in (Task.find(name_of(i), client) for i in ids) if t is not None]
+
+
 def run_tasks(ctx: Context, args) -> int:
     rows = []
-    for task in recent(_client(ctx), args.limit):
+    for task in _recent(ctx, args.limit):
         info, progress = task.info(), task.progress()
         rows.append({**info, "state": state(info, progress), "progress": progress,
                      "summary": summary(task, info, progress)})
@@ -276,7 +299,7 @@ def run_tasks(ctx: Context, args) -> int:
         "Tasks, newest first",
         ["ID", "Description", "Made", "Total", "Finished", "Failed", "Retrying", "Error",
          "Done", "State"],
-        [(t["id"], out.cut(t["description"], 40), out.when(t["created_at"], ctx.now),
+        [(out.name(t["id"]), out.cut(t["description"], 40), out.when(t["created_at"], ctx.now),
           *(out.count(t["summary"][n]) for n in ("total", "finished", "failed", "retrying",
                                                    "error")),
           f"{t['summary']['percent']} %", t["state"])

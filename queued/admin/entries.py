@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from .. import activejob
 from ..payload import job_class_name, to_epoch
 from ..tracking import TASK_FIELD
+from .names import to_key
 
 _PLAIN = re.compile(r"[A-Za-z0-9_.@-]+")
 #: What a backtrace may inflate to (the blob is data from Redis, not trusted).
@@ -122,8 +123,10 @@ class Entry:
 class Filter:
     """What to pick jobs by; every given criterion must hold. ``klass``: the class or the
     shown (ActiveJob wrapped) class, exactly; ``queue``: exactly; ``error``: a substring of
-    error_class or error_message, any case; ``arg``: a substring of the arguments as JSON;
-    ``jids``: one of these jids; ``task``: a job of this task (its payload's ``task_id``)."""
+    error_class or error_message, any case; ``error_class``: the error class, exactly (one
+    group of ``queuedctl errors`` with ``klass``: red team RT1, finding 13); ``arg``: a
+    substring of the arguments as JSON; ``jids``: one of these jids; ``task``: a job of this
+    task (its payload's ``task_id``)."""
 
     klass: str | None = None
     queue: str | None = None
@@ -131,15 +134,18 @@ class Filter:
     arg: str | None = None
     jids: frozenset[str] | None = None
     task: str | None = None
+    error_class: str | None = None
 
     @classmethod
     def of(cls, *, klass=None, queue=None, error=None, arg=None,
-           jids: Iterable[str] | None = None, task: str | None = None) -> Filter:
-        return cls(klass, queue, error, arg, frozenset(jids) if jids else None, task)
+           jids: Iterable[str] | None = None, task: str | None = None,
+           error_class: str | None = None) -> Filter:
+        return cls(klass, queue, error, arg, frozenset(jids) if jids else None, task,
+                   error_class)
 
     def __bool__(self) -> bool:
         return any(v is not None for v in (self.klass, self.queue, self.error, self.arg,
-                                           self.jids, self.task))
+                                           self.jids, self.task, self.error_class))
 
     def matches(self, entry: Entry) -> bool:
         if self.jids is not None and entry.jid not in self.jids:
@@ -150,6 +156,8 @@ class Filter:
             return False
         if self.queue is not None and entry.queue != self.queue:
             return False
+        if self.error_class is not None and entry.error_class != self.error_class:
+            return False
         if self.error is not None:
             text = f"{entry.error_class}: {entry.error_message}".lower()
             if self.error.lower() not in text:
@@ -159,18 +167,50 @@ class Filter:
             return False
         return True
 
-    def pattern(self) -> str | None:
+    def pattern(self) -> bytes | None:
         """A ZSCAN/SCAN MATCH pattern every matching member fits (it narrows what Redis
-        sends), or None: the jid when there is one, else the task's id, else the argument text."""
+        sends), or None: the jid (as a whole JSON string) when there is one and every
+        encoder spells it alike, else the task's id, else the argument text."""
         if self.jids is not None and len(self.jids) == 1:
-            return f"*{_glob_escape(next(iter(self.jids)))}*"
+            return jid_pattern(next(iter(self.jids)))
         if self.task is not None and _PLAIN.fullmatch(self.task):
-            return f"*{self.task}*"
+            return f"*{self.task}*".encode()
         # Only text every JSON encoder writes the same way (no quotes, escapes, slashes,
         # separators or spaces, whose spelling varies from producer to producer).
         if self.arg is not None and _PLAIN.fullmatch(self.arg):
-            return f"*{self.arg}*"
+            return f"*{self.arg}*".encode()
         return None
+
+
+def jid_spellings(jid: str) -> list[bytes]:
+    """The ways a JSON encoder writes ``jid`` as a string, quotes included: plainly (Ruby,
+    Node, Go), with ``\\/`` for a slash (PHP's json_encode), with ``\\u00e9`` for a
+    character past ASCII (PHP, Python's json.dumps; the hex in either case), and each of
+    those together (red team RT1, finding 8: PHP's jobs ``ab\\/cd`` and ``caf\\u00e9`` were
+    shown by ``jobs`` but never found by their jid). A search for the spelling with its
+    quotes finds only a string equal to the jid, not every job with the text inside
+    (finding 3: ``find a``)."""
+    plain = json.dumps(jid, ensure_ascii=False)
+    spellings = {plain}
+    if "/" in jid:
+        spellings.add(plain.replace("/", "\\/"))
+    if not jid.isascii():
+        for text in list(spellings):
+            escaped = json.dumps(json.loads(text), ensure_ascii=True)  # (lower-case hex)
+            escaped = escaped.replace("/", "\\/") if "\\/" in text else escaped
+            spellings.add(escaped)
+            spellings.add(re.sub(r"\\u[0-9a-f]{4}", lambda m: m.group().upper()
+                                 .replace("\\U", "\\u"), escaped))
+    return sorted(to_key(text) for text in spellings)
+
+
+def jid_pattern(jid: str) -> bytes | None:
+    """The MATCH pattern of ``jid`` when every encoder spells it alike (else None: a scan
+    that reads every member, each checked by its parsed jid)."""
+    spellings = jid_spellings(jid)
+    if len(spellings) != 1:
+        return None
+    return b"*" + glob_escape(spellings[0]) + b"*"
 
 
 def backtrace_lines(blob: Any) -> list[str]:
@@ -196,5 +236,6 @@ def backtrace_lines(blob: Any) -> list[str]:
     return [str(line) for line in lines]
 
 
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+def glob_escape(text: bytes) -> bytes:
+    """``text`` matched literally in a MATCH pattern."""
+    return bytes(b for c in text for b in ((0x5C, c) if c in b"*?[]\\" else (c,)))

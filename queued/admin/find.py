@@ -4,10 +4,13 @@ a worker that fetched it, and its task's record. The answer ``queuedctl find`` p
 (DESIGN.md "On-call commands") and the dashboard can link to.
 
 Everywhere, each place read the cheap way: a queue inside Redis a chunk at a time
-(admin/lua/find_in_list.lua), the sorted sets by ZSCAN narrowed to members containing the jid,
-running jobs from the processes' ``<identity>:workers`` hashes, fetched ones from each master's
-reserved sets and landing lists (``queued:masters`` names them), tasks by one pipeline over the
-index. Every candidate is checked by its parsed jid (the text may be in another job's args).
+(admin/lua/find_in_list.lua), the sorted sets by ZSCAN narrowed to members holding the jid as a
+JSON string (once per way encoders spell it: PHP writes ``ab\\/cd``), running jobs from the
+processes' ``<identity>:workers`` hashes, fetched ones from each master's reserved sets and
+landing lists (``queued:masters`` names them), tasks by one pipeline over the index. Every
+candidate is checked by its parsed jid (the text may be in another job's args), and the work
+is one read of each place whatever is typed: a short or mistyped jid is looked for as the
+whole jid it is, never as a part of one (red team RT1, findings 3 and 8).
 A job moves while it is looked for: it may be seen in two places, or in none for a moment.
 """
 from __future__ import annotations
@@ -23,8 +26,8 @@ from ..connection import Script
 from ..task import Task
 from ..tracking import task_id_of
 from .api import Admin
-from .entries import Entry
-from .names import name_of, to_key
+from .entries import Entry, glob_escape, jid_spellings
+from .names import ExactKeys, name_of, to_key
 
 FIND_IN_LIST = Script(os.path.join(os.path.dirname(__file__), "lua"), "find_in_list")
 
@@ -84,19 +87,16 @@ def _in_queues(admin: Admin, jid: str) -> list[Place]:
     return found
 
 
-def _in_list(admin: Admin, key: str, jid: str, source: str) -> tuple[Entry, int, int] | None:
-    """(the job, its index from the head, the list's length) or None."""
-    start = 0
+def _in_list(admin: Admin, key: bytes, jid: str, source: str) -> tuple[Entry, int, int] | None:
+    """(the job nearest the head, its index from the head, the list's length) or None."""
+    start, spellings = 0, jid_spellings(jid)
     while start >= 0:
-        reply = FIND_IN_LIST(admin.r, [key], [jid, start, LIST_CHUNK])
-        if int(reply[0]) == 0:
-            start = int(reply[1])
-            continue
-        index, length, raw = int(reply[1]), int(reply[2]), reply[3]
-        entry = Entry(raw, None, source)
-        if entry.jid == jid:
-            return entry, index, length
-        start = index + 1
+        reply = FIND_IN_LIST(admin.r, [key], [to_key(jid), start, LIST_CHUNK, *spellings])
+        start, length = int(reply[0]), int(reply[1])
+        for i in range(2, len(reply), 2):
+            entry = Entry(reply[i + 1], None, source)
+            if entry.jid == jid:
+                return entry, int(reply[i]), length
     return None
 
 
@@ -112,13 +112,21 @@ def _in_sets(admin: Admin, jid: str) -> list[Place]:
 
 
 def _zscan_jid(admin: Admin, key: str, jid: str, source: str) -> list[Entry]:
-    pattern = "*" + "".join("\\" + c if c in "*?[]\\" else c for c in jid) + "*"
-    found, cursor = [], 0
-    while True:
-        cursor, rows = admin.r.zscan(key, cursor, match=pattern, count=SCAN_COUNT)
-        found += [e for e in (Entry(m, s, source) for m, s in rows) if e.jid == jid]
-        if cursor == 0:
-            return found
+    """The members whose jid is ``jid``: a ZSCAN MATCH pass per spelling (one for a jid
+    every encoder writes alike), each member once."""
+    found: dict[bytes, Entry] = {}
+    for spelling in jid_spellings(jid):
+        pattern = b"*" + glob_escape(spelling) + b"*"
+        cursor = 0
+        while True:
+            cursor, rows = admin.r.zscan(key, cursor, match=pattern, count=SCAN_COUNT)
+            for member, score in rows:
+                entry = Entry(member, score, source)
+                if member not in found and entry.jid == jid:
+                    found[member] = entry
+            if cursor == 0:
+                break
+    return sorted(found.values(), key=lambda e: e.score or 0.0)
 
 
 # --- processes ------------------------------------------------------------------------------------
@@ -142,16 +150,17 @@ def _reserved(admin: Admin, jid: str, running_on: set[str | None]) -> list[Place
             for queue in queues:
                 pipe.lrange(to_key(keys.landing(identity, slot, queue)), 0, -1)
                 where.append((identity, slot, queue))
+    spellings = jid_spellings(jid)
     for (identity, slot, landing), members in zip(where, pipe.execute() if where else []):
         if identity in running_on:
             continue
         for member in members:
-            if jid.encode() not in member:
+            if not any(spelling in member for spelling in spellings):
                 continue
             queue, raw = landing, member
             if landing is None:  # a reserved member: queue NUL token NUL payload
                 queue, _token, raw = member.split(b"\0", 2)
-                queue = queue.decode("utf-8", "replace")
+                queue = name_of(queue)
             entry = Entry(raw, None, f"queue:{queue}")
             if entry.jid == jid:
                 found.append(Place("reserved", entry, queue=queue, identity=identity,
@@ -179,6 +188,7 @@ def _in_tasks(admin: Admin, jid: str, places: list[Place]) -> list[Place]:
     named = {task_id_of(p.entry.msg) for p in places if p.entry is not None and p.entry.msg}
     ids = sorted(i for i in named if i) or _tasks_holding(admin, jid)
     client = client_mod.Client(admin.r, namespace=admin.keys.ns[:-1] or None)
+    client.keys = ExactKeys(admin.keys.ns[:-1] or None)  # (a task id that is not UTF-8)
     found = []
     for task_id in ids:
         task = Task.find(task_id, client)
@@ -195,5 +205,5 @@ def _tasks_holding(admin: Admin, jid: str) -> list[str]:
         return []
     pipe = admin.r.pipeline(transaction=False)
     for task_id in ids:
-        pipe.hexists(to_key(admin.keys.task_keys(task_id)[7]), jid)  # the records: jid -> record
+        pipe.hexists(to_key(admin.keys.task_keys(task_id)[7]), to_key(jid))  # jid -> record
     return [task_id for task_id, held in zip(ids, pipe.execute()) if held]

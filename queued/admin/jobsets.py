@@ -7,13 +7,16 @@ taken meanwhile by the scheduler, a worker or another admin is simply not acted 
 is lost, done twice or left in two places. Bulk actions walk a copy of the set taken when they
 begin (snapshot.py: each job present then is acted on once at most, a job that enters the set
 meanwhile never), decide in Python, and act in batches of ``BATCH`` jobs per round trip:
-retrying 100,000 dead jobs is a few hundred round trips.
+retrying 100,000 dead jobs is a few hundred round trips. A question counts the jobs of such a
+copy, and the action then walks that same copy (``snapshot=``): it acts on at most the jobs
+counted (red team RT1, finding 7). ``act_together`` copies several sets in one step before
+acting on any (finding 1).
 """
 from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import redis as redis_lib
 
@@ -24,7 +27,8 @@ from . import deadlimits
 from .deadlimits import DeadLimits
 from .entries import Entry, Filter
 from .locks import release_removed, release_taken
-from .snapshot import Snapshot
+from .names import to_key
+from .snapshot import Snapshot, together
 from .taskmarks import mark_removed, mark_taken
 
 MOVE = Script(os.path.join(os.path.dirname(__file__), "lua"), "move")
@@ -98,6 +102,24 @@ class JobSet:
         """The job with this jid (Sidekiq's find_job), or None."""
         return next(self.scan(Filter.of(jids=[jid]), limit=1), None)
 
+    # --- a copy to count, then act on --------------------------------------------------------
+    def snapshot(self, held: bool = False) -> Snapshot:
+        """A copy of the set (snapshot.py): ``with js.snapshot() as snap: n =
+        js.count_in(snap, where); ...; js.delete_all(where, snapshot=snap)``. ``held``: kept
+        for an action in another request (the dashboard's question), resumed by its token."""
+        return Snapshot(self.r, self.keys, self.key, "zset", held=held)
+
+    def resume(self, token: str) -> Snapshot:
+        """The copy a question held (snapshot.Gone when it is not there any more)."""
+        return Snapshot.resume(self.r, self.keys, token, "zset")
+
+    def count_in(self, snap: Snapshot, where: Filter | None = None) -> int:
+        """How many jobs of the copy match ``where``: the number a question asks with."""
+        if not where:
+            return snap.count
+        return sum(1 for rows in snap.pages(BATCH) for member, score in rows
+                   if where.matches(Entry(member, score, self.name)))
+
     # --- one job ---------------------------------------------------------------------------
     def retry(self, entry: Entry) -> bool:
         """Push it to its queue now (Sidekiq's add_to_queue/retry). False if it was gone."""
@@ -119,13 +141,17 @@ class JobSet:
         return self._act("score", [entry], score=at)[0] == 1
 
     # --- every match -----------------------------------------------------------------------
-    def retry_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
-        return self._bulk("queue", where, progress)
+    # (``snapshot``: act on the jobs of that copy, taken when a question counted them, not on
+    # the set as it is now)
+    def retry_all(self, where: Filter | None = None, progress: Progress | None = None,
+                  snapshot: Snapshot | None = None) -> int:
+        return self._bulk("queue", where, progress, snapshot)
 
-    def delete_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
-        if not where:
+    def delete_all(self, where: Filter | None = None, progress: Progress | None = None,
+                   snapshot: Snapshot | None = None) -> int:
+        if not where and snapshot is None:
             return self.clear()
-        return self._bulk("delete", where, progress)
+        return self._bulk("delete", where, progress, snapshot)
 
     def clear(self) -> int:
         """The whole set, in one step, as Sidekiq's clear does; the number it held. Its task
@@ -137,29 +163,35 @@ class JobSet:
                 release_taken(self.r, self.keys, snap)
         return snap.count
 
-    def kill_all(self, where: Filter | None = None, progress: Progress | None = None) -> int:
+    def kill_all(self, where: Filter | None = None, progress: Progress | None = None,
+                 snapshot: Snapshot | None = None) -> int:
         if self.name == "dead":
             return 0
-        return self._bulk("dead", where, progress)
+        return self._bulk("dead", where, progress, snapshot)
 
-    def _bulk(self, action: str, where: Filter | None, progress: Progress | None) -> int:
+    def _bulk(self, action: str, where: Filter | None, progress: Progress | None,
+              snap: Snapshot | None = None) -> int:
         """Act on every match among the jobs present when it began, BATCH jobs per round
         trip; the number acted on. It walks a copy of the set taken in one step
         (snapshot.py): a job that enters the set meanwhile (a retried job failing back into
         it, a worker's new failure) is not in the copy, so it is never acted on, and each job
         of the copy is read once, so none is acted on twice."""
-        where = where or Filter()
+        if snap is None:
+            with self.snapshot() as snap:
+                return self._walk(action, where or Filter(), progress, snap)
+        return self._walk(action, where or Filter(), progress, snap)
+
+    def _walk(self, action: str, where: Filter, progress: Progress | None,
+              snap: Snapshot) -> int:
         limits = self._limits() if action == "dead" else None
         done = examined = 0
-        with Snapshot(self.r, self.keys, self.key, "zset") as snap:
-            for rows in snap.pages(BATCH):
-                examined += len(rows)
-                batch = [e for e in (Entry(m, s, self.name) for m, s in rows)
-                         if where.matches(e)]
-                if batch:
-                    done += self._act(action, batch, limits=limits)[0]
-                if progress:
-                    progress(examined, done)
+        for rows in snap.pages(BATCH):
+            examined += len(rows)
+            batch = [e for e in (Entry(m, s, self.name) for m, s in rows) if where.matches(e)]
+            if batch:
+                done += self._act(action, batch, limits=limits)[0]
+            if progress:
+                progress(examined, done)
         if progress and not examined:
             progress(0, 0)
         return done
@@ -180,8 +212,9 @@ class JobSet:
         entries = list(entries)
         for entry in entries:
             data, queue = self._written(action, entry, now, score)
-            keys.append(self.keys.queue(queue) if action == "queue" else self.key)
-            args += [entry.raw, data, queue]
+            # (bytes: a queue named in a job's JSON by a lone surrogate has a key too, names.py)
+            keys.append(to_key(self.keys.queue(queue)) if action == "queue" else self.key)
+            args += [entry.raw, data, to_key(queue)]
         done, left, tasks, uniques = MOVE(self.r, keys, args)
         # A job deleted from dead is final in its task already: its record keeps the error
         # it died with (taskmarks.py).
@@ -222,3 +255,16 @@ class JobSet:
         msg["enqueued_at"] = now
         return dumps(msg)
 
+
+def act_together(action: str, sets: Sequence[JobSet], where: Filter | None = None,
+                 snapshots: Sequence[Snapshot] | None = None) -> list[int]:
+    """``retry``, ``delete`` or ``kill`` every match of several sets, acting on each job present
+    in any of them when it began once at most: every set is copied in one step before any is
+    acted on (red team RT1, finding 1: retry walked ``retry`` and then copied ``dead``, where
+    the jobs it had just retried had died again, and retried them twice). ``snapshots``: the
+    copies a question counted (held), one per set."""
+    method = {"retry": "retry_all", "delete": "delete_all", "kill": "kill_all"}[action]
+    if snapshots is not None:
+        return [getattr(js, method)(where, snapshot=snap) for js, snap in zip(sets, snapshots)]
+    with together([js.snapshot() for js in sets]) as snaps:
+        return [getattr(js, method)(where, snapshot=snap) for js, snap in zip(sets, snaps)]

@@ -11,10 +11,17 @@ to Redis: ``to_key(name_of(b)) == b`` for any bytes ``b``.
 The operator's side builds the keys and members of such names with ``to_key``: bytes, which
 redis-py sends as they are (text it encodes as strict UTF-8 whatever the client's
 ``encoding_errors``: hiredis packs commands itself). queued.Task builds a task's keys as text,
-so the dashboard reads tasks through a client whose keys are ``ExactKeys``.
+so the dashboard and queuedctl read tasks through a client whose keys are ``ExactKeys``.
+
+A name may also come from a job's JSON, whose ``"queue": "emails-\\ud83d"`` (Node's
+JSON.stringify of an emoji cut in half) is a lone surrogate no UTF-8 holds: it raised in the
+middle of a bulk retry, which stopped there (red team RT1, finding 6). ``to_key`` writes such
+a code point as U+FFFD, the bytes a producer in JavaScript or Ruby sent for it when it pushed
+to that queue (their UTF-8 encoders replace it), so the job goes back beside its siblings.
 """
 from __future__ import annotations
 
+import codecs
 from typing import Iterable
 
 from ..keys import Keys
@@ -29,9 +36,25 @@ def names_of(raws: Iterable[bytes]) -> list[str]:
     return [name_of(r) for r in raws]
 
 
-def to_key(text: str) -> bytes:
-    """The bytes of a key or member built from names read with name_of."""
-    return text.encode("utf-8", "surrogateescape")
+def _key_bytes(error: UnicodeError) -> tuple[bytes, int]:
+    """The ``queued-key`` error handler: surrogateescape's bytes, U+FFFD for any other
+    surrogate."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    out = bytearray()
+    for c in error.object[error.start:error.end]:
+        code = ord(c)
+        out += bytes([code - 0xDC00]) if 0xDC80 <= code <= 0xDCFF else "\ufffd".encode()
+    return bytes(out), error.end
+
+
+codecs.register_error("queued-key", _key_bytes)
+
+
+def to_key(text: str | bytes) -> bytes:
+    """The bytes of a key or member built from names read with name_of (or from a job's
+    JSON: any text becomes bytes, never an error)."""
+    return text if isinstance(text, bytes) else text.encode("utf-8", "queued-key")
 
 
 def is_exact(text: str) -> bool:

@@ -7,6 +7,11 @@ The status written here is the operator's and survives restarts and deploys (the
 cron_sync.lua keeps it) until a deploy changes the schedule's ``enabled:`` in the file. A
 disabled schedule is skipped by cron_enqueue.lua at its ticks; ``enqueue_now`` pushes it anyway
 (an operator asking for one run now means it).
+
+A schedule is named by its key, ``cron_job:<name>`` (the member of ``cron_jobs``), never by the
+hash's ``name`` field, and its name is read and written as the exact bytes (names.py): a row
+took its name from the field, and a hash whose field said another name acted on that other
+schedule; a name that is not UTF-8, read with ``replace``, named none (red team RT1, finding 9).
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from ..keys import Keys
 from ..payload import new_jid
 from ..periodic import enqueue, stamp
 from ..values import Invalid
-from .names import name_of
+from .names import name_of, to_key
 
 STATUSES = ("enabled", "disabled")
 
@@ -30,8 +35,33 @@ class NoSuchJob(LookupError):
     """No periodic job of that name (or none with a usable message) in Redis."""
 
 
+class _ExactCronKeys(Keys):
+    """Keys whose schedule keys (and the queue it pushes to) are the exact bytes of names read
+    with name_of, for queued.periodic.enqueue."""
+
+    __slots__ = ()
+
+    def cron_job(self, name: str) -> bytes:  # type: ignore[override]
+        return to_key(super().cron_job(name))
+
+    def cron_enqueued(self, name: str) -> bytes:  # type: ignore[override]
+        return to_key(super().cron_enqueued(name))
+
+    def cron_history(self, name: str) -> bytes:  # type: ignore[override]
+        return to_key(super().cron_history(name))
+
+    def queue(self, name: str) -> bytes:  # type: ignore[override]
+        return to_key(super().queue(name))
+
+
 def _text(raw: dict, field: str) -> str:
-    return raw.get(field.encode(), b"").decode("utf-8", "replace")
+    return name_of(raw.get(field.encode(), b""))
+
+
+def _name(member: str) -> str:
+    """A schedule's name, from its member of cron_jobs (``cron_job:<name>``)."""
+    return member[len(Keys.cron_member("")):] if member.startswith(Keys.cron_member("")) \
+        else member
 
 
 def _last_run(raw: dict) -> float | None:
@@ -80,7 +110,7 @@ def schedules(r: redis_lib.Redis, keys: Keys, now: float | None = None) -> list[
     members = sorted(name_of(m) for m in r.smembers(keys.cron_jobs))
     pipe = r.pipeline(transaction=False)
     for member in members:
-        pipe.hgetall((keys.ns + member).encode("utf-8", "surrogateescape"))
+        pipe.hgetall(to_key(keys.ns + member))
     rows = []
     for member, raw in zip(members, pipe.execute()):
         if not raw:
@@ -88,7 +118,7 @@ def schedules(r: redis_lib.Redis, keys: Keys, now: float | None = None) -> list[
         status = _text(raw, "status") or "enabled"
         timing = _timing(raw)
         rows.append({
-            "name": _text(raw, "name") or member.split(":", 1)[-1],
+            "name": _name(member),
             "kind": timing.kind if timing else "cron",
             "schedule": _text(raw, "queued_timing") or _text(raw, "cron"),
             "zone": clock(timing),
@@ -101,7 +131,7 @@ def schedules(r: redis_lib.Redis, keys: Keys, now: float | None = None) -> list[
 
 
 def _find(r: redis_lib.Redis, keys: Keys, name: str) -> dict:
-    raw = r.hgetall(keys.cron_job(name))
+    raw = r.hgetall(to_key(keys.cron_job(name)))
     if not raw:
         raise NoSuchJob(f"no periodic job named {name!r} (queuedctl cron lists them)")
     return raw
@@ -117,7 +147,11 @@ def enqueue_now(r: redis_lib.Redis, keys: Keys, name: str) -> dict:
         raise NoSuchJob(f"periodic job {name!r} has no usable message in Redis") from None
     now = time.time()
     msg = stamp(template, name, None, now, new_jid())
-    answer = enqueue(r, keys, name, msg, now)
+    try:
+        answer = enqueue(r, _ExactCronKeys(keys.ns[:-1] or None), name, msg, now)
+    except UnicodeEncodeError:  # (its message names a queue no UTF-8 holds)
+        raise NoSuchJob(f"periodic job {name!r} names a queue that cannot be written: "
+                        f"{msg['queue']!r}") from None
     if answer != "enqueued":
         raise NoSuchJob(f"periodic job {name!r} was not pushed ({answer})")
     return msg
@@ -128,7 +162,7 @@ def set_status(r: redis_lib.Redis, keys: Keys, name: str, status: str) -> str:
     if status not in STATUSES:
         raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
     before = _text(_find(r, keys, name), "status") or "enabled"
-    r.hset(keys.cron_job(name), "status", status)
+    r.hset(to_key(keys.cron_job(name)), "status", status)
     return before
 
 

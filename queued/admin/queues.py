@@ -22,6 +22,10 @@ from .taskmarks import mark_removed, mark_taken
 
 Progress = Callable[[int, int], None]  # (examined so far, removed so far)
 FRONT = Script(os.path.join(os.path.dirname(__file__), "lua"), "queue_front")
+REMOVE_COUNTED = Script(os.path.join(os.path.dirname(__file__), "lua"), "remove_counted")
+#: How many elements beyond a chunk remove_counted.lua reads from the tail looking for it
+#: (jobs pushed back to that end since the count: a crash's, a Run next's).
+TAIL_SLACK = 5000
 #: How far behind its place on a page a job is looked for first (jobs only move toward the
 #: front as workers take the ones ahead of it).
 LOCATE_WINDOW = 1000
@@ -57,6 +61,19 @@ class Queue:
 
     def unpause(self) -> bool:
         return self.r.srem(self.keys.paused, self.member) == 1
+
+    def snapshot(self, held: bool = False) -> Snapshot:
+        """A copy of the queue to count, then act on (JobSet.snapshot)."""
+        return Snapshot(self.r, self.keys, self.key, "list", held=held)
+
+    def resume(self, token: str) -> Snapshot:
+        return Snapshot.resume(self.r, self.keys, token, "list")
+
+    def count_in(self, snap: Snapshot, where: Filter | None = None) -> int:
+        if not where:
+            return snap.count
+        return sum(1 for rows in snap.pages(1000) for raw in rows
+                   if where.matches(Entry(raw, None, self.source)))
 
     def clear(self) -> int:
         """Drop every job of the queue and the queue from ``queues``, in one step (Sidekiq's
@@ -137,25 +154,53 @@ class Queue:
         return True
 
     def delete_all(self, where: Filter | None = None, progress: Progress | None = None,
-                   batch: int = 500) -> int:
-        """Remove every job that matches ``where`` (with no filter: clear()); the number
-        removed. It reads a copy of the queue taken when it begins (snapshot.py), ``batch``
+                   batch: int = 500, snapshot: Snapshot | None = None) -> int:
+        """Remove every job that matches ``where`` (with no filter: clear(); with no filter
+        and a ``snapshot``: clear_counted()); the number removed. It reads a copy of the queue
+        taken when it begins (snapshot.py; ``snapshot``: the one a question counted), ``batch``
         jobs per round trip, and removes each match from the queue by its exact bytes: workers
         taking jobs meanwhile cannot make it skip one (issue 16), a job they took first is
         simply not found, and a job pushed meanwhile is never removed. Each removal is an LREM
         (O(queue length)), as Sidekiq's Job#delete: fine for thousands, slow for a million."""
         if not where:
-            return self.clear()
+            return self.clear() if snapshot is None else self.clear_counted(snapshot, progress)
+        if snapshot is None:
+            with self.snapshot() as snap:
+                return self._delete_matches(where, progress, batch, snap)
+        return self._delete_matches(where, progress, batch, snapshot)
+
+    def _delete_matches(self, where: Filter, progress: Progress | None, batch: int,
+                        snap: Snapshot) -> int:
         done = examined = 0
-        with Snapshot(self.r, self.keys, self.key, "list") as snap:
-            for rows in snap.pages(batch):
-                examined += len(rows)
-                chunk = [e for e in (Entry(raw, None, self.source) for raw in rows)
-                         if where.matches(e)]
-                if chunk:
-                    done += self._remove(chunk)
-                if progress:
-                    progress(examined, done)
+        for rows in snap.pages(batch):
+            examined += len(rows)
+            chunk = [e for e in (Entry(raw, None, self.source) for raw in rows)
+                     if where.matches(e)]
+            if chunk:
+                done += self._remove(chunk)
+            if progress:
+                progress(examined, done)
+        return done
+
+    def clear_counted(self, snap: Snapshot, progress: Progress | None = None,
+                      batch: int = 500) -> int:
+        """Remove the jobs of ``snap`` (the copy a question counted) that are still in the
+        queue, and the queue from ``queues`` if that leaves it empty; the number removed.
+        Unlike clear(), a job pushed since the question stays (red team RT1, finding 7). Read
+        from the tail, the oldest first, ``batch`` at a time (remove_counted.lua): each round
+        trip costs about the chunk, whatever the queue's length or how many were pushed."""
+        done = examined = 0
+        for rows in snap.pages(batch) if snap.count else [[]]:  # (empty: only the SREM)
+            examined += len(rows)
+            positions, _read = REMOVE_COUNTED(self.r, [self.key, self.keys.queues],
+                                              [len(rows) + TAIL_SLACK, self.member, *rows])
+            gone = [Entry(rows[int(i) - 1], None, self.source) for i in positions]
+            if gone:
+                mark_removed(self.r, self.keys, gone, "delete", f"queue {self.name}")
+                release_removed(self.r, self.keys, gone)
+            done += len(gone)
+            if progress:
+                progress(examined, done)
         return done
 
     def _remove(self, entries: list[Entry]) -> int:

@@ -11,11 +11,21 @@ exactly the jobs present at the start, read by index once each.
 ``COPY`` costs Redis O(N) once (about 50 ms for 100,000 dead jobs, measured on a loaded 2-core
 machine): less than the per-job writes of the action itself. The copy has a TTL, renewed as
 the walk goes on, so one left by an admin that died goes away by itself.
+
+The copy is also what a question counts (red team RT1, finding 7): ``queuedctl`` counts the
+jobs of the copy it then acts on, so "delete 3 jobs from dead?" deletes at most those 3 however
+many died while the operator read it. The dashboard asks in one request and acts in another:
+its count is taken on a copy it keeps (``held``, HELD_TTL at most) and names by its token in
+the question; the action resumes that copy (``Snapshot.resume``). An action on several keys
+copies them all in one step (``together``) before acting on any (finding 1: a job retried
+from ``retry`` that dies at once must not be retried again from ``dead``).
 """
 from __future__ import annotations
 
+import contextlib
+import re
 import secrets
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import redis as redis_lib
 
@@ -23,6 +33,16 @@ from ..keys import Keys
 
 #: Seconds a copy outlives the last page read from it (an admin killed mid-walk leaves it).
 TTL = 600
+#: Seconds a copy counted for the dashboard's question waits for the answer (a question left
+#: open longer is asked again: the action says so and does nothing).
+HELD_TTL = 300
+#: What a token looks like: the random part, and a suffix when one question copies several
+#: keys (a task's ``retry`` and ``dead``). Anything else from a form is not a token.
+TOKEN = re.compile(r"[0-9a-f]{24}(?:-[a-z]{1,16})?")
+
+
+class Gone(LookupError):
+    """The copy a question counted is no longer there (answered too late, or used already)."""
 
 
 class Snapshot:
@@ -30,10 +50,12 @@ class Snapshot:
     ``rows`` are (member, score) pairs, lowest score first, for a sorted set; the elements
     from the end workers take first (the next to run first) for a list."""
 
-    def __init__(self, r: redis_lib.Redis, keys: Keys, key: str, kind: str, *,
-                 take: bool = False, also: Callable[[Any], Any] | None = None):
+    def __init__(self, r: redis_lib.Redis, keys: Keys, key: str | bytes, kind: str, *,
+                 take: bool = False, also: Callable[[Any], Any] | None = None,
+                 held: bool = False, token: str | None = None):
         """``take``: move the key itself (RENAME, O(1)): the live key is emptied in the same
-        step, as a clear does; ``also(pipe)`` adds commands to that step."""
+        step, as a clear does; ``also(pipe)`` adds commands to that step. ``held``: the copy
+        outlives the ``with`` (HELD_TTL) for an action that ``resume``s it by ``token``."""
         if kind not in ("zset", "list"):
             raise ValueError(f"no snapshot of a {kind}")
         self.r = r
@@ -41,26 +63,65 @@ class Snapshot:
         self.kind = kind
         self.take = take
         self.also = also
-        self.key = keys.snapshot(secrets.token_hex(12))
+        self.held = held
+        self.token = token or secrets.token_hex(12)
+        self.key = keys.snapshot(self.token)
+        #: Says a held copy was taken: a copy of an empty set is no key, and its answer must
+        #: still find it (and act on nothing), not take it for one answered already.
+        self.mark = keys.snapshot_held(self.token)
         self.count = 0  #: how many elements the key held when the snapshot was taken
+        self.resumed = False
+
+    @classmethod
+    def resume(cls, r: redis_lib.Redis, keys: Keys, token: str, kind: str) -> Snapshot:
+        """The copy a question counted (``held``), to act on; Gone when it is not there (or
+        ``token`` is not one). Leaving the ``with`` deletes it: a question is answered once."""
+        if not isinstance(token, str) or not TOKEN.fullmatch(token):
+            raise Gone(f"{token!r} is not a question's token")
+        snap = cls(r, keys, b"", kind, token=token)
+        snap.resumed = True
+        pipe = r.pipeline(transaction=True)
+        pipe.exists(snap.mark)
+        pipe.type(snap.key)
+        pipe.zcard(snap.key) if kind == "zset" else pipe.llen(snap.key)
+        marked, found, count = pipe.execute(raise_on_error=False)
+        if not marked or found.decode() not in (kind, "none"):
+            raise Gone("the jobs counted for that question are gone (it was asked more than "
+                       f"{HELD_TTL // 60} minutes ago, or answered already)")
+        snap.count = int(count)
+        return snap
 
     def __enter__(self) -> Snapshot:
+        if self.resumed:  # (the copy exists already)
+            return self
+        self._check_type()
+        pipe = self.r.pipeline(transaction=True)
+        self._commands(pipe)
+        self._settle(pipe.execute(raise_on_error=False))
+        return self
+
+    def _check_type(self) -> None:
         kind = self.r.type(self.source).decode()
         if kind not in ("none", self.kind):
             shown = (self.source.decode("utf-8", "backslashreplace")
                      if isinstance(self.source, bytes) else self.source)
             raise redis_lib.ResponseError(
                 f"WRONGTYPE {shown} holds a {kind}, not a {self.kind}: left as it is")
-        pipe = self.r.pipeline(transaction=True)
+
+    def _commands(self, pipe) -> None:
+        """This copy's commands in the step that takes it (their replies: _settle)."""
         pipe.zcard(self.source) if self.kind == "zset" else pipe.llen(self.source)
         if self.take:
             pipe.rename(self.source, self.key)  # (an error when there is no key: nothing taken)
         else:
             pipe.execute_command("COPY", self.source, self.key)
-        pipe.expire(self.key, TTL)
+        pipe.expire(self.key, HELD_TTL if self.held else TTL)
+        if self.held:
+            pipe.set(self.mark, 1, ex=HELD_TTL)
         if self.also:
             self.also(pipe)
-        replies = pipe.execute(raise_on_error=False)
+
+    def _settle(self, replies: list) -> None:
         if isinstance(replies[0], Exception):  # its type changed since TYPE: put it back
             if self.take:
                 self.r.rename(self.key, self.source)
@@ -69,10 +130,10 @@ class Snapshot:
                 self.r.unlink(self.key)
             raise replies[0]
         self.count = int(replies[0])
-        return self
 
     def __exit__(self, *exc) -> None:
-        self.r.unlink(self.key)
+        if not self.held or self.resumed:
+            self.r.unlink(self.key, self.mark)
 
     def pages(self, batch: int) -> Iterator[list]:
         """The copy, ``batch`` elements at a time, each element once."""
@@ -83,7 +144,7 @@ class Snapshot:
                 pipe.zrange(self.key, start, start + batch - 1, withscores=True)
             else:  # from the right: the order workers take the queue in
                 pipe.lrange(self.key, -start - batch, -start - 1)
-            pipe.expire(self.key, TTL)
+            pipe.expire(self.key, HELD_TTL if self.held else TTL)
             rows = pipe.execute()[0]
             if self.kind == "list":
                 rows.reverse()
@@ -92,3 +153,28 @@ class Snapshot:
             if len(rows) < batch:
                 return
             start += batch
+
+
+@contextlib.contextmanager
+def together(snaps: Sequence[Snapshot]) -> Iterator[Sequence[Snapshot]]:
+    """Copy several keys in one step (MULTI/EXEC: the same instant for all of them), for an
+    action that acts on every job present in any of them then, once (taskadmin.py: a task's
+    errors in ``retry`` and ``dead``)."""
+    for snap in snaps:
+        snap._check_type()
+    pipe = snaps[0].r.pipeline(transaction=True)
+    sizes = []
+    for snap in snaps:
+        before = len(pipe.command_stack)
+        snap._commands(pipe)
+        sizes.append(len(pipe.command_stack) - before)
+    replies = pipe.execute(raise_on_error=False)
+    try:
+        start = 0
+        for snap, size in zip(snaps, sizes):
+            snap._settle(replies[start:start + size])
+            start += size
+        yield snaps
+    finally:
+        for snap in snaps:
+            snap.__exit__(None, None, None)

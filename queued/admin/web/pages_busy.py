@@ -1,13 +1,19 @@
 """Busy: every live process (state, RSS, busy count, jobs it holds, hangs it reports) and the
 jobs running now, each on its thread; quiet, stop or dump one process or all of them (Sidekiq's
-remote signals, read on their next heartbeat)."""
+remote signals, read on their next heartbeat).
+
+"Stop all 4 processes?" sends the identities the page listed, and acts on those still live:
+a process started since is not stopped by a question that did not count it, and no identity
+means "all" (red team RT1, finding 12: a process named ``*``, a name Redis can hold, stopped
+every process from its own row's Stop)."""
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.routing import Route
 
 from ..ctlprocs import describe_hang
-from .render import act, form_text, render, web_of
+from .filters import plural
+from .render import act, form_text, form_texts, render, web_of
 
 SIGNALS = {"quiet": "TSTP", "stop": "TERM", "dump": "TTIN"}
 
@@ -27,9 +33,12 @@ async def signal(request: Request):
         action, identity = str(form.get("action", "")), form_text(form, "identity")
         if action not in SIGNALS:
             return f"unknown action {action!r}"
-        if identity == "*":
-            n = web.admin.signal_all(SIGNALS[action])
-            return f"{action} sent to {n} process{'es' if n != 1 else ''}"
+        if form.get("scope") == "all":
+            listed = set(form_texts(form, "identity"))
+            live = [p for p in web.admin.processes() if p.identity in listed]
+            for p in live:
+                p.signal(SIGNALS[action])
+            return f"{action} sent to {plural(len(live), 'process', 'processes')}"
         process = web.admin.process(identity)
         if process is None:
             return f"no live process {identity}"

@@ -6,11 +6,19 @@ before the whole set is read, and the confirmation of a bulk action asks with th
 the moment of the click), actions on one job, on the ticked rows, or on every match
 (queued.api's bulk operations), and a job's detail: payload, error, backtrace.
 
+A bulk button's question is a promise (red team RT1, finding 7): its count (``?hold=1``) is
+taken on a copy of the set kept for the answer (snapshot.py, ``held``), whose token the form
+sends back; the action walks that copy, so it acts on at most the jobs counted, and says so.
+A form posted without one (no script, a script of the operator's) acts on the jobs present
+when it arrives.
+
 A row names its job by score and a digest of its exact bytes (``SCORE|DIGEST``): a member that
 is not JSON, or whose jid is empty or shared, is still addressed alone (issue 20).
 """
 from __future__ import annotations
 
+
+import math
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -19,9 +27,10 @@ from starlette.routing import Route
 
 from ..entries import Entry, Filter
 from ..jobsets import JobSet
+from ..snapshot import Gone
 from .filters import member_id as digest, plural
-from .paging import int_param, page_size, pager
-from .render import act, path_param, query_text, render, web_of
+from .paging import CURSOR_MAX, int_param, page_size, pager
+from .render import act, counted_of, path_param, query_text, render, web_of
 
 #: URL -> (the JobSet's name, the title). Sidekiq's Web UI calls dead the morgue.
 SETS = {"scheduled": ("schedule", "Scheduled"), "retries": ("retry", "Retries"),
@@ -76,7 +85,7 @@ def listing(request: Request):
                "filters": {p: query_text(request.query_params, p) for p in FILTERS},
                "searching": bool(where)}
     if where:
-        cursor = int_param(request, "cursor", 0, 0, 2**64)
+        cursor = int_param(request, "cursor", 0, 0, CURSOR_MAX)
         rows, next_cursor, examined = search(js, where, cursor, page_size(request))
         # ZSCAN's order is the hash table's: show a step's matches in the set's own order
         rows.sort(key=lambda e: e.score or 0.0, reverse=js.name == "dead")
@@ -95,6 +104,12 @@ def count(request: Request):
     and by a bulk action's confirmation when it is clicked."""
     _slug, js, _title = _jobset(request)
     where = filter_of(request.query_params)
+    if request.query_params.get("hold"):  # (a question's: the copy is kept for its answer)
+        web_of(request).csrf.header(request)
+        with js.snapshot(held=True) as snap:
+            n = js.count_in(snap, where)
+        return JSONResponse({"count": n, "size": snap.count, "token": snap.token},
+                            headers={"cache-control": "no-store"})
     size = js.size()
     n = sum(1 for _ in js.scan(where)) if where else size
     return JSONResponse({"count": n, "size": size}, headers={"cache-control": "no-store"})
@@ -107,6 +122,8 @@ def _find(js: JobSet, score: str, jid: str | None = None,
     try:
         value = float(score)
     except ValueError:
+        return None
+    if math.isnan(value):  # (Redis refuses a NaN score)
         return None
     for raw, s in js.r.zrangebyscore(js.key, value, value, withscores=True):
         entry = Entry(raw, s, js.name)
@@ -137,6 +154,8 @@ async def action(request: Request):
             return f"unknown action {what!r}"
         if form.get("scope") == "all":
             where = filter_of({p: query_text(form, "f_" + p) for p in FILTERS})
+            if form.get("snapshot"):
+                return _on_counted(js, what, where, form)
             n = getattr(js, f"{what}_all")(where)
             return f"{_past(what)} {plural(n, 'job')}" + (
                 " (every match)" if where else " (the whole set)")
@@ -151,6 +170,18 @@ async def action(request: Request):
         text = f"{_past(what)} {plural(done, 'job')}"
         return text + (f"; {gone} no longer there" if gone else "")
     return await act(request, work, "jobset", set=slug)
+
+
+def _on_counted(js: JobSet, what: str, where: Filter, form) -> str:
+    """Act on the jobs of the copy the question counted (its token in the form)."""
+    try:
+        snap = js.resume(str(form.get("snapshot")))
+    except Gone as e:
+        return f"nothing done: {e}; ask again"
+    with snap:
+        n = getattr(js, f"{what}_all")(where, snapshot=snap)
+    return (f"{_past(what)} {plural(n, 'job')} of the {counted_of(form)} counted when asked "
+            f"({'every match' if where else 'the whole set'} then; any since are left)")
 
 
 def _past(verb: str) -> str:

@@ -4,17 +4,23 @@ each with Delete and Run next (issue 20), one at a time or the ticked rows.
 
 A row names its job by its place when the page was made and a digest of its exact bytes
 (``PLACE|DIGEST``): the job is looked for about there (Queue.locate), and the action removes
-or moves exactly those bytes, so a job a worker took meanwhile is simply not found."""
+or moves exactly those bytes, so a job a worker took meanwhile is simply not found.
+
+Clear asks with the number of jobs counted at the click (``/count/queue/NAME``) on a copy kept
+for the answer, and deletes at most those (Queue.clear_counted; red team RT1, finding 7): jobs
+pushed while the question was read stay."""
 from __future__ import annotations
 
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ..entries import Entry
 from ..queues import Queue
+from ..snapshot import Gone
 from .filters import member_id, plural
 from .paging import pager
-from .render import act, path_param, render, web_of
+from .render import act, counted_of, path_param, query_text, render, web_of
 
 #: What each action on a queue's jobs does, and how its message says it.
 JOB_ACTIONS = {"delete": ("delete", "deleted {}"),
@@ -23,7 +29,7 @@ JOB_ACTIONS = {"delete": ("delete", "deleted {}"),
 
 def queues(request: Request):
     web = web_of(request)
-    find = request.query_params.get("q", "").strip()
+    find = query_text(request.query_params, "q").strip()
     summaries = web.admin.queue_summaries()
     if find:
         summaries = [q for q in summaries if find.lower() in q.name.lower()]
@@ -58,12 +64,37 @@ async def queue_action(request: Request):
         if action == "unpause":
             return f"unpaused {name}" if q.unpause() else f"{name} was not paused"
         if action == "clear":
-            return f"cleared {name}: {q.clear()} jobs deleted"
+            return _clear(q, form)
         if action in JOB_ACTIONS:
             return _on_jobs(q, str(action), form.getlist("job"))
         return f"unknown action {action!r}"
     back = "queues" if request.query_params.get("from") == "queues" else "queue"
     return await act(request, work, back, **({} if back == "queues" else {"name": name}))
+
+
+def _clear(q: Queue, form) -> str:
+    """The jobs the question counted (its copy's token in the form), else every job now."""
+    if not form.get("snapshot"):
+        return f"cleared {q.name}: {plural(q.clear(), 'job')} deleted"
+    try:
+        snap = q.resume(str(form.get("snapshot")))
+    except Gone as e:
+        return f"nothing done: {e}; ask again"
+    with snap:
+        n = q.clear_counted(snap)
+    return (f"cleared {q.name}: {plural(n, 'job')} deleted of the {counted_of(form)} counted "
+            f"when asked (jobs pushed since stay)")
+
+
+def queue_count(request: Request):
+    """``{"count", "token"}``: the jobs of the queue now, in a copy kept for the answer of the
+    question that asked (Clear)."""
+    web_of(request).csrf.header(request)
+    q = web_of(request).admin.queue(path_param(request, "name"))
+    with q.snapshot(held=True) as snap:
+        pass
+    return JSONResponse({"count": snap.count, "size": snap.count, "token": snap.token},
+                        headers={"cache-control": "no-store"})
 
 
 def _on_jobs(q: Queue, action: str, rows: list) -> str:
@@ -90,5 +121,6 @@ def _locate(q: Queue, row: str) -> Entry | None:
 
 
 routes = [Route("/queues", queues, name="queues"),
+          Route("/count/queue/{name:queued_name}", queue_count, name="queue_count"),
           Route("/queues/{name:queued_name}", queue, name="queue"),
           Route("/queues/{name:queued_name}", queue_action, methods=["POST"], name="queue_action")]

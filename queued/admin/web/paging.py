@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 PAGE_SIZE = 25
+#: The largest cursor ZSCAN and SSCAN take (an unsigned 64-bit number; a larger one was a 500).
+CURSOR_MAX = 2**64 - 1
 #: The chooser's sizes (Sidekiq's Web UI offers 25 and up; 500 for a long look at a set).
 SIZES = (25, 50, 100, 500)
 

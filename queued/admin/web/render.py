@@ -34,7 +34,7 @@ from .security import FIELD, Csrf
 
 #: (PAGE_SIZE, Pager, int_param, pager too: pages written before paging.py import them here)
 __all__ = ["Web", "web_of", "templates", "path_for", "path_param", "query_text", "form_text",
-           "render", "act", "PAGE_SIZE", "Pager", "int_param", "pager"]
+           "form_texts", "counted_of", "render", "act", "PAGE_SIZE", "Pager", "int_param", "pager"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: Characters left as they are in a path parameter (class names read Billing::InvoiceJob).
@@ -139,6 +139,31 @@ def form_text(form: FormData, field: str) -> str:
     return query_text(form, field)
 
 
+def form_texts(form: FormData, field: str) -> list[str]:
+    """Every value of a field the page wrote several times with ``exact`` (a list of names),
+    each as it was written."""
+    found = [str(v) for v in form.getlist(field)]
+    for token in form.getlist(field + EXACT):
+        exact = from_exact_token(str(token))
+        if exact is not None:
+            found.append(exact)
+    return found
+
+
+def in_form_as_is(value: Any) -> bool:
+    """Whether a hidden field carries ``value`` as it is: text UTF-8 can encode, without a
+    carriage return or a line feed (a browser sends a field's newline as CRLF: red team RT1,
+    finding 9, "no periodic job named 'x\\r\\ny'"). Anything else goes as ``<field>~``."""
+    return isinstance(value, str) and is_exact(value) and "\r" not in value and \
+        "\n" not in value
+
+
+def counted_of(form: FormData) -> str:
+    """The number a question asked with, as the form sends it back (for the message)."""
+    text = str(form.get("counted", ""))
+    return f"{int(text):,}" if text.isdigit() else "?"
+
+
 class NameConvertor(Convertor):
     """``{name:queued_name}``: the rest of the path, whatever it holds. Starlette's ``path``
     stops at a newline (``.*``), and the ``$`` after it matches before a final one, so a queue
@@ -153,7 +178,7 @@ class NameConvertor(Convertor):
 
 
 register_url_convertor("queued_name", NameConvertor())
-templates.env.globals.update(exact_token=exact_token, EXACT=EXACT)
+templates.env.globals.update(exact_token=exact_token, EXACT=EXACT, in_form_as_is=in_form_as_is)
 
 
 def path_param(request: Request, name: str) -> str:

@@ -77,6 +77,19 @@ class Csrf:
             raise HTTPException(403, "CSRF token missing or invalid: reload the page and retry")
         return form
 
+    def header(self, request: Request) -> None:
+        """A GET that writes (a question's count keeps a copy of the set for its answer): its
+        page's token in the ``x-csrf-token`` header, matching the cookie; 403 otherwise. A
+        cross-site ``<img>`` or link carries neither, so no other site can make the dashboard
+        copy a 100,000-job set into Redis's memory for five minutes."""
+        cookie = request.cookies.get(COOKIE, "")
+        try:
+            raw = self.signer.loads(request.headers.get("x-csrf-token", ""))
+        except itsdangerous.BadSignature:
+            raw = None
+        if not cookie or not isinstance(raw, str) or not secrets.compare_digest(raw, cookie):
+            raise HTTPException(403, "CSRF token missing or invalid: reload the page and retry")
+
 
 class CsrfCookie:
     """Gives a browser its token cookie on its first visit (and puts the token in the scope

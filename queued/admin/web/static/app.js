@@ -7,15 +7,36 @@
   function fmt(n) { return Number(n).toLocaleString("en-US"); }
 
   // --- confirmations: a button with data-confirm asks before its form is sent ---------------
-  // Its question carries the number of jobs it acts on: written in it by the server (a whole
-  // set, a queue), counted now from the form's ticked rows (data-selected), or asked of the
-  // server at the moment of the click (data-count: every match of a search), as {n}.
-  function ask(button, n) {
+  // Its question carries the number of jobs it acts on: counted now from the form's ticked rows
+  // (data-selected), or asked of the server at the moment of the click (data-count: a whole
+  // set, every match of a search, a queue, a task's errors), as {n} (and any other {name} of
+  // the server's answer). The server counts on a copy of the set that it keeps for the answer;
+  // the form sends that copy's token and the number back, and the action acts on at most the
+  // jobs counted (a job that arrives while the question is read is left).
+  function ask(button, doc) {
     var text = button.dataset.confirm;
-    return window.confirm(n === null ? text : text.replace("{n}", fmt(n)));
+    if (doc === null) return window.confirm(text);
+    return window.confirm(text.replace(/\{(\w+)\}/g, function (whole, name) {
+      return name in doc ? fmt(doc[name]) : whole;
+    }));
   }
 
-  function resubmit(button) {
+  function carry(form, name, value) {
+    var input = form.querySelector('input[type="hidden"][name="' + name + '"]');
+    if (!input) {
+      input = document.createElement("input");
+      input.type = "hidden";
+      input.name = name;
+      form.appendChild(input);
+    }
+    input.value = String(value);
+  }
+
+  function resubmit(button, doc) {
+    if (doc.token) {
+      carry(button.form, "snapshot", doc.token);
+      carry(button.form, "counted", doc.count);
+    }
     button.dataset.asked = "1";
     button.form.requestSubmit(button);
   }
@@ -29,19 +50,26 @@
       if (n === 0) {
         event.preventDefault();
         window.alert("Tick the jobs to act on first.");
-      } else if (!ask(button, n)) {
+      } else if (!ask(button, { n: n })) {
         event.preventDefault();
       }
       return;
     }
     if (button.dataset.count) {
       event.preventDefault();
-      fetch(button.dataset.count, { headers: { accept: "application/json" }, cache: "no-store" })
+      // (the page's token: this count keeps a copy of the set, a write no other site may ask for)
+      var token = button.form.querySelector('input[name="csrf_token"]');
+      fetch(button.dataset.count, {
+        headers: { accept: "application/json", "x-csrf-token": token ? token.value : "" },
+        cache: "no-store" })
         .then(function (r) {
           if (!r.ok) throw new Error("HTTP " + r.status);
           return r.json();
         })
-        .then(function (doc) { if (ask(button, doc.count)) resubmit(button); })
+        .then(function (doc) {
+          doc.n = doc.count;
+          if (ask(button, doc)) resubmit(button, doc);
+        })
         .catch(function (e) { window.alert("Could not count the jobs: " + e.message); });
       return;
     }
