@@ -19,31 +19,33 @@ from typing import Any, Callable
 
 class Chain:
     def __init__(self) -> None:
-        self._entries: list[tuple[type, tuple, dict]] = []
+        #: (class, args, kwargs), outermost first; changed in place only, so a caller may
+        #: test it for emptiness without a call (the worker's path of a job: runner.py)
+        self.entries: list[tuple[type, tuple, dict]] = []
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
 
     def __iter__(self):
-        return (cls for cls, _, _ in self._entries)
+        return (cls for cls, _, _ in self.entries)
 
     def _index(self, cls: type) -> int:
-        for i, (c, _, _) in enumerate(self._entries):
+        for i, (c, _, _) in enumerate(self.entries):
             if c is cls:
                 return i
         raise ValueError(f"{cls.__name__} is not in the chain")
 
     def _drop(self, cls: type) -> None:
-        self._entries = [e for e in self._entries if e[0] is not cls]
+        self.entries[:] = [e for e in self.entries if e[0] is not cls]
 
     def add(self, cls: type, *args: Any, **kwargs: Any) -> None:
         """Append (or move to the end, with new arguments, if already present)."""
         self._drop(cls)
-        self._entries.append((cls, args, kwargs))
+        self.entries.append((cls, args, kwargs))
 
     def prepend(self, cls: type, *args: Any, **kwargs: Any) -> None:
         self._drop(cls)
-        self._entries.insert(0, (cls, args, kwargs))
+        self.entries.insert(0, (cls, args, kwargs))
 
     def insert_before(self, old: type, cls: type, *args: Any, **kwargs: Any) -> None:
         self._insert(old, 0, cls, args, kwargs)
@@ -54,26 +56,26 @@ class Chain:
     def _insert(self, old: type, after: int, cls: type, args: tuple, kwargs: dict) -> None:
         self._index(old)  # a missing anchor raises before anything changes
         self._drop(cls)
-        self._entries.insert(self._index(old) + after, (cls, args, kwargs))
+        self.entries.insert(self._index(old) + after, (cls, args, kwargs))
 
     def remove(self, cls: type) -> None:
         self._drop(cls)
 
     def clear(self) -> None:
-        self._entries.clear()
+        self.entries.clear()
 
     def snapshot(self) -> list:
         """The entries, to be put back with ``restore`` (a HUP's reload of the job code)."""
-        return list(self._entries)
+        return list(self.entries)
 
     def restore(self, entries: list) -> None:
-        self._entries = list(entries)
+        self.entries[:] = entries
 
     def invoke(self, job: Any, msg: dict, queue: str, final: Callable[[], Any]) -> Any:
         """Run ``final`` inside every middleware, first-added outermost."""
-        if not self._entries:
+        if not self.entries:
             return final()
-        instances = [cls(*a, **kw) for cls, a, kw in self._entries]
+        instances = [cls(*a, **kw) for cls, a, kw in self.entries]
 
         def step(i: int) -> Any:
             if i == len(instances):
@@ -85,9 +87,9 @@ class Chain:
     async def invoke_async(self, job: Any, msg: dict, queue: str,
                            final: Callable[[], Any]) -> Any:
         """``invoke`` for a job whose ``final()`` returns an awaitable (see the header)."""
-        if not self._entries:
+        if not self.entries:
             return await final()
-        instances = [cls(*a, **kw) for cls, a, kw in self._entries]
+        instances = [cls(*a, **kw) for cls, a, kw in self.entries]
 
         async def step(i: int) -> Any:
             if i == len(instances):

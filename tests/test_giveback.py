@@ -52,3 +52,29 @@ def test_the_master_acts_once_the_job_in_front_ran_past_the_limit(r, make_fetche
     assert r.lrange("queue:default", 0, -1) == [job(3), job(2)]
     # the worker sees it before its next job of the batch, once
     assert gb.revoked(0) and not gb.revoked(0)
+
+
+def test_a_worker_looks_only_after_a_job_the_master_could_have_judged_slow(r, make_fetcher):
+    """Issue 18: the look costs two lockf calls, so the worker makes it only after a job that
+    ran HOLD_LIMIT or more (by the stamp its record had): before that the master cannot have
+    acted on it; an act on a slow job is seen after that job."""
+    f = make_fetcher()
+    r.lpush("queue:default", *[job(i) for i in range(1, 4)])
+    batch = f.reserve(3)
+    table = SlotTable(1)
+    w = SlotWriter(table, 0, 4242)
+    gb = GiveBack(1)
+    # Given a job that ran past the limit with two held behind it, given back by the master
+    w.begin(json.loads(batch[0].payload)["jid"], "default", "X", None, held=2)
+    time.sleep(HOLD_LIMIT)
+    gb.step(r, K, FETCH_IDENTITY, CFG, table, {0: 4242})
+    w.end(False)
+    # When the worker looks after it: it sees the act (the job's stamp is HOLD_LIMIT old)
+    assert gb.revoked(0, w.started)
+    # And after a job that ran under the limit it does not look (no lock, the flag is left
+    # alone: the master acts only on a record still busy HOLD_LIMIT after its stamp)
+    w.begin(json.loads(batch[1].payload)["jid"], "default", "X", None, held=1)
+    w.end(False)
+    gb.flags[0] = 1
+    assert not gb.revoked(0, w.started)
+    assert gb.flags[0] == 1

@@ -63,6 +63,23 @@ def test_the_fast_done_line_is_the_line_logging_writes(logfile):
     assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.worker: done"] * 2
 
 
+def test_the_done_line_made_from_the_jobs_figures_is_the_line_logging_writes(logfile):
+    # Given the worker's done line bound to queued's own handler, the job's context set as
+    # it starts (without elapsed: the worker passes the job's figures to done() instead)
+    logfile, ours = logfile
+    ours()
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    logsetup.set_context(logsetup.job_context("X", "j" * 24, queue="default"))
+    # When it is written from the figures both ways (fast, and through logging)
+    joblog.done(("X", "j" * 24, 0.0123456, "default"))
+    joblog.flush()
+    joblog.handler = None
+    joblog.done(("X", "j" * 24, 0.0123456, "default"))
+    # Then both lines are the same, with elapsed
+    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.worker: done"] * 2
+
+
 def test_another_logging_setup_gets_the_done_line_through_logging(logfile):
     # Given the application added a handler of its own (a log shipper, say)
     logfile, ours = logfile
@@ -204,6 +221,24 @@ def test_json_fast_done_line_is_the_line_logging_writes(jsonlog):
     assert first == second == {"level": "INFO", "logger": "queued.worker", "pid": first["pid"],
                                "tid": "w3", "slot": 3, "jid": "j" * 24, "class": "X",
                                "queue": "default", "elapsed": 0.012346, "message": "done"}
+
+
+def test_json_done_line_made_from_the_jobs_figures_is_the_line_logging_writes(jsonlog):
+    path, ours = jsonlog
+    ours()
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    logsetup.set_context(logsetup.job_context("Ünï", "j" * 24, queue="q\"1"))
+    for _ in range(2):  # (the second from the class and queue kept)
+        joblog.done(("Ünï", "j" * 24, 1.5, "q\"1"))
+    joblog.flush()
+    joblog.handler = None
+    joblog.done(("Ünï", "j" * 24, 1.5, "q\"1"))
+    got = objects(path)
+    assert len(got) == 3 and all(o.pop("time") for o in got)
+    assert got == [{"level": "INFO", "logger": "queued.worker", "pid": got[0]["pid"],
+                    "tid": "w3", "slot": 3, "jid": "j" * 24, "class": "Ünï", "queue": 'q"1',
+                    "elapsed": 1.5, "message": "done"}] * 3
 
 
 def test_json_exception_and_a_signal_handlers_record(jsonlog):

@@ -114,7 +114,7 @@ class Dispatcher:
         if self.solos:
             # (the acks of the jobs before go out first, and are applied: a suspect may well
             # kill this process, and they must not run again for it)
-            self.fetcher.ack_members(self.ends.take_acks())
+            self._take_ends()
             self.fetcher.flush()
             self._run_solo(*self.solos.pop(0))
             return
@@ -126,7 +126,7 @@ class Dispatcher:
             self._flush()
             self._wait(TICK)
             return
-        self.fetcher.ack_members(self.ends.take_acks())
+        self._take_ends()
         jobs = self.fetcher.reserve(free, self.landing, adopt=not self.pool.busy)
         if self.fetcher.bad_queues or self.fetcher.checked_all:
             self.w._check_queues()
@@ -218,15 +218,20 @@ class Dispatcher:
         elif what == "unblocked" and item[2]:
             self.landing = item[1]
 
+    def _take_ends(self) -> None:
+        """The acks and task ends the lanes left (sharedends.py), for the next call."""
+        self.fetcher.ack_members(self.ends.take_acks())
+        self.fetcher.finish_members(self.ends.take_finishes())
+
     def _flush(self) -> None:
         """Before waiting: the acks of the jobs that ended go out now (no wait for the
         reply), and their done lines."""
-        self.fetcher.ack_members(self.ends.take_acks())
+        self._take_ends()
         self.fetcher.send_acks()
         self.w.joblog.flush()
 
     def _final_flush(self) -> None:
-        self.fetcher.ack_members(self.ends.take_acks())
+        self._take_ends()
         try:
             self.ends.run_again()
         except (redis.RedisError, OSError):

@@ -21,11 +21,14 @@ push and the job's start. The job is in Redis all along (landing list, then rese
 If the reply is lost (the connection broke while the job ran), a job that succeeded is
 remembered and acked when the next reserve hands it back, so it does not run twice.
 
-A job of a task costs two more script calls (its working mark, and its end written with its
-state in the task: tracking.py); both are sent ahead like acks (``send_ahead``), their replies
-read with the next call's, so a task's job waits for no extra round trip. An end Redis
-refused, or whose outcome a broken connection hid, is run again before the next reserve (the
-reserve would otherwise hand its still-reserved job back as a lost one).
+A job of a task that succeeded ends with its state in the task: those ends are gathered per
+task and written as the acks are, one finish.lua call per task (finishes.py), in the same
+write as the next reserve call (just before it). A job that may run long is marked working in
+its task as it starts, sent ahead (``send_ahead``): its reply is read with the next call's,
+so a task's job waits for no extra round trip. An end Redis refused, or whose outcome a broken
+connection hid, is run again before the next reserve (the reserve would otherwise hand its
+still-reserved job back as a lost one; a finish refused in the write of a reserve call has
+its jobs kept out of what that call adopts).
 """
 from __future__ import annotations
 
@@ -38,7 +41,9 @@ import redis
 
 from .. import connection
 from . import retry
-from .scripts import FAIL, RESERVE
+from .finishes import Call, Finishes
+from .scripts import FAIL, FINISH, RESERVE
+from .. import tracking
 from ..keys import Keys
 from ..tracking import Move, blocked_keys
 
@@ -67,6 +72,7 @@ class _Sent(NamedTuple):
     keys: list
     args: list
     acks: list[bytes]
+    ahead: int = 0  # entries of _unread sent in the same write, before it (finishes)
 
 
 class _Ahead(NamedTuple):
@@ -77,6 +83,7 @@ class _Ahead(NamedTuple):
     keys: list
     args: list
     keep: bool
+    call: Call | None = None  # a finish.lua call's jobs (finishes.py)
 
 
 #: Replies of calls sent ahead that may wait unread; past this they are read at once.
@@ -159,6 +166,8 @@ class Fetcher:
         self._conn = None
         self.client_id = 0  # of the connection above, once made (see _connection)
         self._acks: list[bytes] = []  # finished jobs whose ZREM goes out with the next call
+        #: jobs of tasks that succeeded, whose ends go out with the acks (finishes.py)
+        self.finishes = Finishes(keys, self.reserved_key)
         #: acks (lists of members) and script calls (_Ahead) sent ahead, replies unread
         self._unread: list[list[bytes] | _Ahead] = []
         self._again: list[_Ahead] = []  # calls sent ahead to run again (see _Ahead)
@@ -210,11 +219,14 @@ class Fetcher:
         command is on its way, before the reply is awaited."""
         self._settle()
         conn = self._connection()
-        commands = [args]
-        if self._acks and with_acks:
-            commands.insert(0, ("ZREM", self.reserved_key, *self._acks))
-            self._unread.append(self._acks)  # its reply is read like send_acks' replies
-            self._acks = []
+        commands = []
+        if with_acks:  # (in the order their entries go into _unread)
+            commands += self._finish_commands()
+            if self._acks:
+                commands.append(("ZREM", self.reserved_key, *self._acks))
+                self._unread.append(self._acks)  # its reply is read like send_acks' replies
+                self._acks = []
+        commands.append(args)
         try:
             conn.send_packed_command(conn.pack_commands(commands))
             if after_send is not None:
@@ -231,12 +243,14 @@ class Fetcher:
                         "expiry); they may run again", sent - found)
         self._acks_uncertain = False
 
-    def _read_unread(self, conn) -> None:
+    def _read_unread(self, conn, limit: int | None = None) -> None:
         """Read the replies of the acks sent ahead, every one of them, so the connection
         stays in step. An ack Redis refused (NOREPLICAS, MISCONF, READONLY) goes back to the
         pending acks. Before, the refusal was raised with the later replies left unread, and
         the next call read a reply meant for another command (found by tests/faults)."""
-        while self._unread:
+        while self._unread and (limit is None or limit > 0):
+            if limit is not None:
+                limit -= 1
             entry = self._unread[0]
             try:
                 found = conn.read_response()
@@ -262,6 +276,8 @@ class Fetcher:
             self._unread.pop(0)
             if not isinstance(entry, _Ahead):
                 self._acked(len(entry), found)
+            elif entry.call is not None:
+                self._finished_reply(entry, found)
             elif entry.keep and found == GONE:
                 self._acked(1, 0)
             elif entry.keep and found == REFUSED:
@@ -281,12 +297,16 @@ class Fetcher:
         jobs of a batch stayed reserved while its later jobs ran, however long they took, and
         ran again if the worker died meanwhile. Never raises: on a connection error the acks
         stay pending and go out with the next call."""
-        if not self._acks or self._sent is not None:
+        if not (self._acks or self.finishes.pending) or self._sent is not None:
             return  # (with a reserve reply unread, they go out with the next call)
-        members, self._acks = self._acks, []
-        self._unread.append(members)
         try:
-            self._connection().send_command("ZREM", self.reserved_key, *members)
+            conn = self._connection()
+            commands = self._finish_commands()
+            if self._acks:
+                commands.append(("ZREM", self.reserved_key, *self._acks))
+                self._unread.append(self._acks)
+                self._acks = []
+            conn.send_packed_command(conn.pack_commands(commands))
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             self.reset_connection()
 
@@ -342,7 +362,9 @@ class Fetcher:
             entry = self._again[0]
             written = self._script(entry.script, entry.keys, entry.args)
             self._again.pop(0)
-            if written == REFUSED:
+            if entry.call is not None:
+                self._finished_reply(entry, written, again=True)
+            elif written == REFUSED:
                 self._hold(entry)
 
     def _hold(self, entry: _Ahead) -> None:
@@ -450,7 +472,13 @@ class Fetcher:
         sent = _Sent(n, keys, args, acks)
         try:
             conn = self._connection()
-            conn.send_packed_command(conn.pack_command(*RESERVE.command(keys, args)))
+            if self.finishes.pending:  # (before it, so their jobs are not adopted by it)
+                ahead = self._finish_commands()
+                sent = sent._replace(ahead=len(ahead))
+                conn.send_packed_command(conn.pack_commands(
+                    [*ahead, RESERVE.command(keys, args)]))
+            else:
+                conn.send_packed_command(conn.pack_command(*RESERVE.command(keys, args)))
         except BaseException:
             self._unsent(sent)
             raise
@@ -460,7 +488,10 @@ class Fetcher:
         """Read the reply of ``sent`` (sending it again as EVAL if Redis lost the script)."""
         try:
             try:
-                reply = self._connection().read_response()
+                conn = self._connection()
+                if sent.ahead:
+                    self._read_unread(conn, sent.ahead)
+                reply = conn.read_response()
             except redis.exceptions.NoScriptError:
                 reply = self._call(*RESERVE.eval_command(sent.keys, sent.args), with_acks=False)
         except BaseException as e:
@@ -479,6 +510,12 @@ class Fetcher:
             log.warning("%d job(s) reserved by a call whose reply was lost (the connection "
                         "broke) are run now", reply[2])
         got = [Reservation(m, *split_member(m)) for m in members]
+        if reply[2] and self._again:
+            # A finish sent in this call's write and refused (NOSCRIPT) left its jobs reserved
+            # (they ran and succeeded); they are not run again: their ends are run again.
+            ending = {item.member for e in self._again if e.call for item in e.call.items}
+            adopted = int(reply[2])
+            got = [r for r in got[:adopted] if r.member not in ending] + got[adopted:]
         if self._finished:
             # Only a job the slot held before this call (adopted), or one still in the landing
             # list (the lost call never ran), can be the lost one; and after this call it
@@ -532,13 +569,16 @@ class Fetcher:
         """Send pending acks now (before the worker exits or blocks)."""
         self._settle()
         self._run_again()
-        if self._acks or self._unread:
+        if self._acks or self._unread or self.finishes.pending:
             conn = self._connection()
             try:
+                commands = self._finish_commands()
                 if self._acks:
-                    conn.send_command("ZREM", self.reserved_key, *self._acks)
+                    commands.append(("ZREM", self.reserved_key, *self._acks))
                     self._unread.append(self._acks)
                     self._acks = []
+                if commands:
+                    conn.send_packed_command(conn.pack_commands(commands))
                 self._read_unread(conn)
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 self.reset_connection()
@@ -553,12 +593,49 @@ class Fetcher:
                                   payload, self.dead_timeout, self.dead_max_jobs, queue, task)
         return int(self._script(FAIL, keys, args))
 
-    def finish_ahead(self, res: Reservation, task: Move) -> None:
-        """A job of a task succeeded: its ack and its state in the task, in one script call
-        (fail.lua's "done"), sent ahead like an ack."""
-        keys, args = failure_call(self.keys, self.reserved_key, res.member, "done", 0.0, "",
-                                  self.dead_timeout, self.dead_max_jobs, task=task)
-        self.send_ahead(FAIL, keys, args, keep=True)
+    def finish_ahead(self, res: Reservation, task: Move, msg: dict) -> None:
+        """A job of a task succeeded: its ack and its state in the task go out with the acks
+        (finishes.py)."""
+        self.finishes.add(res.member, task, msg, res.queue)
+
+    def finish_members(self, items: list) -> None:
+        """``finish_ahead`` for jobs other threads ended (sharedends.py): (reservation, move,
+        msg) each."""
+        for res, task, msg in items:
+            self.finishes.add(res.member, task, msg, res.queue)
+
+    def _finish_commands(self) -> list[tuple]:
+        """The finish.lua calls of what is pending, for the caller's next write; their
+        replies are read with the next ones (as sent ahead: keep, run again if lost)."""
+        commands = []
+        for call in self.finishes.take():
+            if FINISH.sha in self._loaded:
+                commands.append(FINISH.command(call.keys, call.args))
+            else:  # (the first on a connection: see send_ahead)
+                commands.append(FINISH.eval_command(call.keys, call.args))
+                self._loaded.add(FINISH.sha)
+            self._unread.append(_Ahead(FINISH, call.keys, call.args, True, call))
+        return commands
+
+    def _finished_reply(self, entry: _Ahead, reply, again: bool = False) -> None:
+        """What finish.lua answered (see there): the jobs' records it lacks are written;
+        refused, each job ends with fail.lua as it did before these were gathered. Run
+        ``again`` (its first outcome lost with a connection), a reservation not found is no
+        news: the first run may have ended it."""
+        call = entry.call
+        if reply == REFUSED:
+            for item in call.items:
+                keys, args = failure_call(
+                    self.keys, self.reserved_key, item.member, "done", 0.0, "",
+                    self.dead_timeout, self.dead_max_jobs,
+                    task=Move(self.finishes.task_id(call), item.jid, "finished"))
+                self._again.append(_Ahead(FAIL, keys, args, True))
+            return
+        found, missing = reply
+        if found < len(call.items) and not again:
+            self._acked(len(call.items), found)
+        for keys, args in self.finishes.records(call, missing):
+            self.send_ahead(tracking.TASK_MARK, keys, args, keep=False)
 
     def renew_lease(self, lease_key: str, lease_ms: int) -> bool:
         """Extend this worker's master's lease (a job's touch): True if it still had one.

@@ -53,9 +53,18 @@ class GiveBack:
         self.next_at: float | None = None
 
     # --- the worker's side ---------------------------------------------------------------------
-    def revoked(self, slot: int) -> bool:
+    def revoked(self, slot: int, started: float | None = None) -> bool:
         """Before the worker's next job of a batch: did the master take the rest back? (It
-        lowers the flag.) Under the lock, which the master holds while it acts."""
+        lowers the flag.) Under the lock, which the master holds while it acts.
+
+        ``started``: the CLOCK_MONOTONIC stamp of the job just ended as its slot record had
+        it (SlotWriter.started), read after that record turned idle. If less than HOLD_LIMIT
+        has passed since, the master never acted on that job: it acts only on a record that
+        still shows the job busy, at HOLD_LIMIT after that same stamp, by the same clock. So
+        the lock (two system calls per job: issue 18) is taken only after a job that ran that
+        long; an act on an earlier job of the batch was seen after that job."""
+        if started is not None and time.monotonic() - started < HOLD_LIMIT:
+            return False
         fd = self.file.fileno()
         fcntl.lockf(fd, fcntl.LOCK_EX, 1, slot)
         try:

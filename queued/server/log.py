@@ -45,17 +45,31 @@ QUIET_LIBRARIES = ("redis", "urllib3", "asyncio")
 FORMATS = ("text", "json")
 
 # " class=X jid=Y" (and " elapsed=..." once the job ended) while a job runs in this thread or
-# task; in json mode the same string also carries its fields (see job_context).
-_context: contextvars.ContextVar[str] = contextvars.ContextVar("queued_job_context",
-                                                               default="")
+# task; in json mode its fields instead (see job_context).
+_context: contextvars.ContextVar[str | tuple] = contextvars.ContextVar("queued_job_context",
+                                                                      default="")
 # "-<lane>" in a job thread (or an async job's task) of a worker of many jobs at once.
 _lane: contextvars.ContextVar[str] = contextvars.ContextVar("queued_lane", default="")
 _structured = False
 
 
-class _Context(str):
-    """A job context that carries its fields too (json mode)."""
-    fields: dict
+def _fields_json(job: tuple) -> str:
+    """What a job's context adds to a json line: ``,"jid":...,"class":...[,"queue":...]
+    [,"elapsed":...]`` (a field that is None is left out); elapsed with 6 decimals."""
+    jid, job_class, queue, elapsed = job
+    text = f',"jid":{_jstr(jid)},"class":{_jstr(job_class)}'
+    if queue is not None:
+        text += f',"queue":{_jstr(queue)}'
+    if elapsed is not None:
+        text += f',"elapsed":{elapsed:.6f}'
+    return text
+
+
+def _text(job: tuple) -> str:
+    """A json-mode context as text mode writes it."""
+    jid, job_class, _, elapsed = job
+    text = f" class={job_class} jid={jid}"
+    return text if elapsed is None else f"{text} elapsed={elapsed:.3f}"
 
 
 def set_context(context: str) -> None:
@@ -69,51 +83,50 @@ def set_lane(lane: int) -> None:
 
 
 def job_context(job_class: str, jid: str, elapsed: float | None = None,
-                queue: str | None = None) -> str:
-    text = f" class={job_class} jid={jid}"
-    if elapsed is not None:
-        text = f"{text} elapsed={elapsed:.3f}"
-    if not _structured:
-        return text
-    context = _Context(text)
-    context.fields = {"jid": jid, "class": job_class, "queue": queue}
-    if elapsed is not None:
-        context.fields["elapsed"] = round(elapsed, 6)
-    return context
+                queue: str | None = None) -> str | tuple:
+    """The context of a job's lines: `` class=X jid=Y[ elapsed=Z]`` in text mode; in json
+    mode its fields, (jid, class, queue, elapsed), made into text only if a line is written
+    (issue 18: most contexts never are)."""
+    if _structured:
+        return (jid, job_class, queue, elapsed)
+    if elapsed is None:
+        return f" class={job_class} jid={jid}"
+    return f" class={job_class} jid={jid} elapsed={elapsed:.3f}"
 
 
-class _Seconds:
-    """``2026-11-21T06:14:56`` for a time, recomputed once a second (strftime is slow)."""
-
-    def __init__(self) -> None:
-        self.second = -1
-        self.text = ""
-
-    def __call__(self, t: float) -> str:
-        second = int(t)
-        if second != self.second:
-            self.second = second
-            self.text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return self.text
+#: ".000Z" ... ".999Z": a time's milliseconds as a line writes them (an index, not a format)
+_MILLIS = tuple(f".{i:03d}Z" for i in range(1000))
 
 
 class Formatter(logging.Formatter):
     def __init__(self, tag: str = ""):
         super().__init__()
         self.tid = tag
-        self._seconds = _Seconds()
+        self._second = -1.0  # the second _text names (a float: see stamp)
+        self._text = ""
 
     def formatTime(self, record, datefmt=None):  # noqa: N802 - logging's API
-        return f"{self._seconds(record.created)}.{int(record.msecs):03d}Z"
+        return self.stamp(record.created)
 
     def stamp(self, created: float) -> str:
-        return f"{self._seconds(created)}.{int(created % 1 * 1000):03d}Z"
+        """``2026-11-21T06:14:56.123Z``: the seconds formatted once a second (strftime is
+        slow), the milliseconds looked up. Float arithmetic on purpose: an epoch is a
+        two-digit int for CPython, whose operations take its slow path (issue 18: a float's
+        ``% 1``, the ints and a format were a third of the cost of a done line)."""
+        fraction = created - self._second
+        if not 0.0 <= fraction < 1.0:
+            second = int(created)
+            self._second = float(second)
+            self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            fraction = created - self._second
+        return self._text + _MILLIS[int(fraction * 1000)]
 
     def prefix(self, created: float, pid: int) -> str:
         """Everything before the level: time, pid, tid and the job context."""
-        msecs = int(created % 1 * 1000)
-        return (f"{self._seconds(created)}.{msecs:03d}Z pid={pid} tid={self.tid}{_lane.get()}"
-                f"{_context.get()}")
+        context = _context.get()
+        if context.__class__ is tuple:  # (json mode's: this formatter is not the handler's)
+            context = _text(context)
+        return f"{self.stamp(created)} pid={pid} tid={self.tid}{_lane.get()}{context}"
 
     def format(self, record):
         text = (f"{self.prefix(record.created, record.process)} {record.levelname} "
@@ -130,28 +143,52 @@ class Formatter(logging.Formatter):
 
 
 class JsonFormatter(Formatter):
-    """``log_format: json``: one object per line (see the module header)."""
+    """``log_format: json``: one object per line (see the module header), put together as
+    text in its key order, each value JSON-encoded: a dict through json.dumps cost five
+    times as much as a no-op job's own done line (issue 18)."""
+
+    def head(self, created: float, pid: int, level: str, name: str) -> str:
+        """``{"time":...,"level":...,"logger":...,"pid":...,"tid":...,"slot":...`` (and
+        ``"thread"``, and the job's fields while one runs), without the message."""
+        lane = _lane.get()
+        text = f'{{"time":"{self.stamp(created)}"{self.middle(pid, level, name, lane)}'
+        context = _context.get()
+        if context.__class__ is tuple:
+            text += _fields_json(context)
+        return text
+
+    def middle(self, pid: int, level: str, name: str, lane: str) -> str:
+        """``,"level":...,"logger":...,"pid":...,"tid":...,"slot":...[,"thread":N]``."""
+        tid = self.tid
+        slot = tid[1:] if tid[1:].isdigit() else "null"
+        text = (f',"level":{_jstr(level)},"logger":{_jstr(name)},"pid":{pid},'
+                f'"tid":{_jstr(tid + lane)},"slot":{slot}')
+        return f'{text},"thread":{int(lane[1:])}' if lane else text
 
     def line(self, created: float, pid: int, level: str, name: str, message: str,
              exc: BaseException | None = None) -> str:
-        tid, lane = self.tid, _lane.get()
-        doc = {"time": self.stamp(created), "level": level, "logger": name, "pid": pid,
-               "tid": tid + lane, "slot": int(tid[1:]) if tid[1:].isdigit() else None}
-        if lane:
-            doc["thread"] = int(lane[1:])
-        fields = getattr(_context.get(), "fields", None)
-        if fields:
-            doc.update((k, v) for k, v in fields.items() if v is not None)
-        doc["message"] = message
+        text = f'{self.head(created, pid, level, name)},"message":{_jstr(message)}'
         if exc is not None:
-            doc.update(error_class=type(exc).__qualname__, error_message=str(exc),
-                       traceback=format_exception(exc))
-        return json.dumps(doc, ensure_ascii=False, default=str)
+            text += (f',"error_class":{_jstr(type(exc).__qualname__)},'
+                     f'"error_message":{_jstr(str(exc))},'
+                     f'"traceback":{_jstr(format_exception(exc))}')
+        return text + "}"
 
     def format(self, record):
         exc = record.exc_info[1] if record.exc_info else None
         return self.line(record.created, record.process, record.levelname, record.name,
                          record.getMessage(), exc)
+
+
+def _jstr(text) -> str:
+    """A JSON string, non-ASCII written as it is (json.dumps(ensure_ascii=False)); a value
+    that is not a str as json.dumps(default=str) writes it."""
+    if text.__class__ is not str:
+        text = str(text)
+    return _encode_str(text)
+
+
+_encode_str = json.encoder.encode_basestring
 
 
 class _Pending:
@@ -301,6 +338,8 @@ class JobLog:
         self.name = name
         self.structured = False
         self.pid = os.getpid()
+        self.middle = ""      # what follows the time, up to the lane (see bind)
+        self._fields = ("", "", "")  # (class, queue, their json text): they repeat
 
     def bind(self) -> None:
         """Write directly when queued's own handler is the only one and INFO lines of this
@@ -312,6 +351,8 @@ class JobLog:
             return
         self.handler, self.formatter = handler, handler.formatter
         self.structured = isinstance(handler.formatter, JsonFormatter)
+        self.middle = (handler.formatter.middle(self.pid, "INFO", self.name, "")
+                       if self.structured else f" pid={self.pid} tid={handler.formatter.tid}")
 
     @staticmethod
     def _plain(logger: logging.Logger) -> bool:
@@ -322,30 +363,58 @@ class JobLog:
             logger = logger.parent
         return True
 
-    def done(self) -> None:
-        """Log ``done`` in the job context set by the worker (class, jid, elapsed)."""
+    def done(self, job: tuple | None = None) -> None:
+        """Log ``done`` for a job that ended: ``job`` is (class shown, jid, elapsed, queue);
+        without it, in the job context the worker set (class, jid, elapsed)."""
         if self.handler is None:
+            if job is not None:
+                set_context(job_context(job[0], job[1], job[2], job[3]))
             self.logger.info("done")
             return
         if self.locked:
             handler = self.handler
             handler.acquire()
             try:
-                self._add()
+                self._add(job)
             finally:
                 handler.release()
         else:
-            self._add()
+            self._add(job)
 
-    def _add(self) -> None:
+    def _add(self, job: tuple | None) -> None:
+        """The line, as the handler's formatter would write it, made in one f-string."""
         pending = self.handler.pending
+        stamp = self.formatter.stamp(time.time())
+        lane = _lane.get()
         if self.structured:
-            pending.append(self.formatter.line(time.time(), self.pid, "INFO", self.name, "done")
-                           + "\n")
+            middle = self.middle if not lane else self.formatter.middle(
+                self.pid, "INFO", self.name, lane)
+            pending.append(f'{{"time":"{stamp}"{middle}{self._json(job)},"message":"done"}}\n')
         else:
-            pending.append(self.formatter.prefix(time.time(), self.pid) + self.tail)
+            if job is None:
+                context = _context.get()
+                if context.__class__ is tuple:
+                    context = _text(context)
+            else:
+                context = f" class={job[0]} jid={job[1]} elapsed={job[2]:.3f}"
+            pending.append(f"{stamp}{self.middle}{lane}{context}{self.tail}")
         if len(pending) >= self.MAX_PENDING:
             self._flush(self.handler)
+
+    def _json(self, job: tuple | None) -> str:
+        """The job's fields in a json line (see _fields_json), its class and queue's text
+        kept while they repeat."""
+        if job is None:
+            context = _context.get()
+            return _fields_json(context) if context.__class__ is tuple else ""
+        job_class, jid, elapsed, queue = job
+        cached = self._fields
+        if job_class != cached[0] or queue != cached[1]:
+            text = f',"class":{_jstr(job_class)}'
+            if queue is not None:
+                text += f',"queue":{_jstr(queue)}'
+            cached = self._fields = (job_class, queue, text)
+        return f',"jid":{_jstr(jid)}{cached[2]},"elapsed":{elapsed:.6f}'
 
     def flush(self) -> None:
         """Write the lines held (one write). On an error logging takes over from now on."""

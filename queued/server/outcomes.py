@@ -88,8 +88,8 @@ class Outcomes:
             pass
         elif task_id is None:
             self.ends.ack(claimed)
-        else:  # its ack and its state in the task, in one step, sent ahead like an ack
-            self.ends.finish_ahead(claimed, tracking.Move(task_id, msg["jid"], "finished"))
+        else:  # its ack and its state in the task, in one step, sent as acks are (finishes.py)
+            self.ends.finish_ahead(claimed, tracking.Move(task_id, msg["jid"], "finished"), msg)
 
     def _job_failed(self, res: Reservation, msg: dict, error: JobFailed,
                     task_id: str | None) -> None:

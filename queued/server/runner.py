@@ -33,7 +33,7 @@ from . import log as logsetup
 from .. import payload as codec
 from ..errors import JobTimeout, PayloadError, UnknownJobClass
 from .fetch import Reservation
-from ..job import registry
+from ..job import Job, registry
 from ..middleware import server_middleware
 from .guards import rescheduled
 from .outcomes import Outcomes, call_hook
@@ -87,6 +87,7 @@ class _Run(NamedTuple):
     kwargs: dict
     timeout: float | None
     task_id: str | None
+    info: "_ClassInfo"
 
 
 class Runner:
@@ -106,8 +107,9 @@ class Runner:
         ops.set_toucher(self._touch)
         ops.set_sayer(self._say)
         self.shapes: set[frozenset] = set()  # payload key sets seen without a jid (logged once)
-        self._class_timeouts: dict[type, float | None] = {}
-        self._kinds: dict[type, str] = {}
+        self._classes: dict[type | None, _ClassInfo] = {}
+        self.job_logging = config.job_logging
+        self.max_payload = config.max_payload_bytes
         self._durations: dict[str, float] = {}  # job class -> recent run time (seconds)
         #: Writes the ends of async jobs that need Redis (other async jobs share the loop):
         #: one thread, so they go out in order and need no more than one connection
@@ -123,6 +125,10 @@ class Runner:
         self.outcomes.write_held()
 
     # --- one job -------------------------------------------------------------------------------
+    # A no-op job's path is short on purpose (issue 18: queued's own work per job was two
+    # thirds of a no-op job's instructions): each lookup is made once per job, what a class
+    # needs is learnt once per class (_ClassInfo), and a feature the job does not use (a time
+    # limit, middleware, a hook, a task, the per-job log line) costs it a test, not a call.
     def process(self, res: Reservation, lane: Lane | None = None, held: int = 0) -> None:
         """Run one job to its end on this thread. ``held``: jobs reserved behind it."""
         lane = lane or self.lane
@@ -130,10 +136,11 @@ class Runner:
         if msg is None:
             return
         try:
-            if self._kind(registry.lookup(_name(msg))) == ASYNC:
+            found = _lookup(msg)
+            if self._info(found[1]).kind == ASYNC:
                 self._run_on_loop(res, msg, lane)
             else:
-                self.run(res, msg, lane, held)
+                self.run(res, msg, lane, held, found)
         finally:
             logsetup.set_context("")
 
@@ -148,9 +155,9 @@ class Runner:
         """The job as a dict, or None once an unusable payload went to dead."""
         msg = None
         try:
-            if len(res.payload) > self.config.max_payload_bytes:
+            if len(res.payload) > self.max_payload:
                 raise PayloadError(f"payload is {len(res.payload):,} bytes, over the "
-                                   f"max_payload_bytes limit of {self.config.max_payload_bytes:,}")
+                                   f"max_payload_bytes limit of {self.max_payload:,}")
             msg = codec.loads(res.payload)
             codec.validate(msg)
         except PayloadError as e:
@@ -163,25 +170,19 @@ class Runner:
 
     def kind(self, msg: dict) -> str:
         """SYNC, ASYNC or SOLO (see there), for a parsed job."""
-        kind = self._kind(registry.lookup(_name(msg)))
+        kind = self._info(_lookup(msg)[1]).kind
         # a suspect of a crash of many jobs, or a job that killed its worker before: alone,
         # where another crash is its own (recovery.py)
         return SOLO if codec.SUSPECT in msg or codec.CRASHES in msg else kind
 
     def is_async(self, msg: dict) -> bool:
-        return inspect.iscoroutinefunction(getattr(registry.lookup(_name(msg)), "perform", None))
+        return inspect.iscoroutinefunction(getattr(_lookup(msg)[1], "perform", None))
 
-    def _kind(self, cls) -> str:
-        if cls is None:
-            return SYNC  # (it fails at once: UnknownJobClass)
-        kind = self._kinds.get(cls)
-        if kind is None:  # options are fixed once the class exists
-            if cls.get_options().get("threads") is False:
-                kind = SOLO
-            else:
-                kind = ASYNC if inspect.iscoroutinefunction(cls.perform) else SYNC
-            self._kinds[cls] = kind
-        return kind
+    def _info(self, cls) -> "_ClassInfo":
+        info = self._classes.get(cls)
+        if info is None:  # options are fixed once the class exists
+            info = self._classes[cls] = _ClassInfo.of(cls)
+        return info
 
     def guarded(self, res: Reservation, msg: dict) -> bool:
         """Issue 21's checks as a job starts (guards.py): False when it is not to run now
@@ -191,25 +192,34 @@ class Runner:
         return self.outcomes.guards.before(res, msg, registry.lookup(_name(msg)),
                                            tracking.task_id_of(msg))
 
-    def run(self, res: Reservation, msg: dict, lane: Lane, held: int = 0) -> None:
-        """A parsed job, sync, on this thread."""
+    def run(self, res: Reservation, msg: dict, lane: Lane, held: int = 0,
+            found: tuple | None = None) -> None:
+        """A parsed job, sync, on this thread. ``found``: what _lookup(msg) gave, if known."""
         if ("expires_at" in msg or "unique_for" in msg) and not self.guarded(res, msg):
             return
-        run = self._begin(res, msg, lane, held)
+        run = self._begin(res, msg, lane, held, found)
         start = time.monotonic()
         job, error = None, None
         try:
             job = self._instance(run)
-            with lane.timeout(run.timeout, f"{msg['class']} (jid {msg['jid']})"):
+            if run.timeout:
+                with lane.timeout(run.timeout, f"{msg['class']} (jid {msg['jid']})"):
+                    server_middleware.invoke(job, msg, res.queue,
+                                             lambda: job.perform(*run.args, **run.kwargs))
+            elif server_middleware.entries:
                 server_middleware.invoke(job, msg, res.queue,
                                          lambda: job.perform(*run.args, **run.kwargs))
+            else:
+                job.perform(*run.args, **run.kwargs)
         except BaseException as e:  # noqa: BLE001 - JobTimeout and SystemExit fail the job too
             error = _given_back(e)
             if lane.number:  # a lane's failure may take a while to write: see run_async
                 lane.writer.ending()
-        hook = self._ended(run, lane, error, time.monotonic() - start)
-        call_hook(job, hook, *(() if error is None else (error,)))
-        self._done(run, lane, error)
+        elapsed = time.monotonic() - start
+        hook = self._ended(run, lane, error, elapsed)
+        if hook is not None and job is not None and hook in run.info.hooks:
+            call_hook(job, hook, *(() if error is None else (error,)))
+        self._done(run, lane, error, elapsed)
 
     async def run_async(self, res: Reservation, msg: dict, lane: Lane) -> None:
         """A parsed job whose perform is ``async def``, as a task on the event loop: its time
@@ -250,9 +260,11 @@ class Runner:
             if handle is not None:
                 handle.cancel()
         elapsed = time.monotonic() - start
-        if self.ends_executor is not None and (error is not None or run.task_id is not None):
-            # Its end is a Redis round trip (or retried through an outage): on the ends
-            # thread, not the loop. Its run is over: its time limit no longer applies.
+        if self.ends_executor is not None and (error is not None or "unique_for" in msg):
+            # Its end is a Redis round trip (or retried through an outage; a unique job's
+            # lock release): on the ends thread, not the loop. Its run is over: its time
+            # limit no longer applies. (A success, of a task's job too, is queued for the
+            # dispatcher: sharedends.py.)
             lane.writer.ending()
             ctx = contextvars.copy_context()  # the job's log context goes with its end
             hook = await asyncio.get_running_loop().run_in_executor(
@@ -265,24 +277,38 @@ class Runner:
                 await result
             except Exception:  # noqa: BLE001 - as call_hook
                 log.exception("%s hook raised", hook)
-        self._done(run, lane, error)
+        self._done(run, lane, error, elapsed)
         logsetup.set_context("")
 
-    def _begin(self, res: Reservation, msg: dict, lane: Lane, held: int) -> _Run:
-        name, args, kwargs = msg["class"], msg["args"], {}
-        if activejob.is_wrapped(msg):
-            name, (args, kwargs) = activejob.job_name(msg), activejob.arguments(msg)
-        cls = registry.lookup(name)
-        self._release_finished(msg["class"])
-        timeout = self._timeout(msg, cls)
-        shown = codec.job_class_name(msg)
-        lane.writer.begin(msg["jid"], res.queue, shown, timeout, held)
+    def _begin(self, res: Reservation, msg: dict, lane: Lane, held: int,
+               found: tuple | None = None) -> _Run:
+        name, cls, wrapped = found or _lookup(msg)
+        if wrapped:
+            args, kwargs = activejob.arguments(msg)
+        else:
+            args, kwargs = msg["args"], _NO_KWARGS
+        info = self._info(cls)
+        job_class = msg["class"]
+        slow = self._durations.get(job_class, SLOW_JOB) >= SLOW_JOB
+        if slow:
+            self._release_finished()
+        timeout = self._timeout(msg, info)
+        jid = msg["jid"]
+        # (codec.job_class_name: the class to show; "class" is a non-empty str: validate)
+        shown = msg.get("display_class") or msg.get("wrapped") or job_class
+        if shown.__class__ is not str:
+            shown = str(shown)
+        lane.writer.begin(jid, res.queue, shown, timeout, held)
         lane.title.busy(shown)
-        logsetup.set_context(logsetup.job_context(shown, msg["jid"], queue=res.queue))
-        task_id = tracking.task_id_of(msg)
-        if task_id is not None:
-            self._working(task_id, msg, res.queue)
-        return _Run(res, msg, name, shown, cls, args, kwargs, timeout, task_id)
+        logsetup.set_context(logsetup.job_context(shown, jid, queue=res.queue))
+        task_id = None
+        if tracking.TASK_FIELD in msg:
+            task_id = tracking.task_id_of(msg)
+            if task_id is not None:
+                _task.set((task_id, jid))  # (for say())
+                if slow:
+                    self._working(task_id, msg, res.queue)
+        return _Run(res, msg, name, shown, cls, args, kwargs, timeout, task_id, info)
 
     def _instance(self, run: _Run):
         if run.cls is None:
@@ -295,29 +321,45 @@ class Runner:
     def _ended(self, run: _Run, lane: Lane, error: BaseException | None,
                elapsed: float) -> str | None:
         """Its end written (outcomes.py); the hook to call."""
-        _task.set(None)
-        msg = run.msg
-        self._learn(msg["class"], elapsed)
-        logsetup.set_context(logsetup.job_context(run.shown, msg["jid"], elapsed,
-                                                  run.res.queue))
-        hook = self.outcomes.end(run.res, msg, run.cls, error, run.task_id)
+        msg, res = run.msg, run.res
+        if run.task_id is not None:
+            _task.set(None)
+        job_class = msg["class"]
+        known = self._durations.get(job_class)  # (how long jobs of a class take: jumps up
+        self._durations[job_class] = (          # at once, decays slowly)
+            elapsed if known is None or elapsed > known else 0.9 * known + 0.1 * elapsed)
+        if error is not None or run.info.hooks:
+            # the lines logged from here on (its failure, its hook's) say how long it ran
+            # (the done line is made from the job's own figures: _done)
+            logsetup.set_context(logsetup.job_context(run.shown, msg["jid"], elapsed,
+                                                      res.queue))
+        if error is None and run.task_id is None and res.member and "unique_for" not in msg:
+            self.ends.ack(res)  # (outcomes.end's common case, without its calls)
+            hook = "after_succeeded"
+        else:
+            hook = self.outcomes.end(res, msg, run.cls, error, run.task_id)
         if self.recorder is not None:
-            self.recorder.record(msg, run.res.queue, elapsed,
+            self.recorder.record(msg, res.queue, elapsed,
                                  error is not None and not isinstance(error, ops.Release)
                                  and not rescheduled(error))
         return hook
 
-    def _done(self, run: _Run, lane: Lane, error: BaseException | None) -> None:
-        if error is None and self.config.job_logging:
-            self.joblog.done()
-        lane.writer.end(error is not None and not isinstance(error, ops.Release)
-                        and not rescheduled(error))
+    def _done(self, run: _Run, lane: Lane, error: BaseException | None,
+              elapsed: float) -> None:
+        if error is None:
+            if self.job_logging:
+                self.joblog.done((run.shown, run.msg["jid"], elapsed, run.res.queue))
+            lane.writer.end(False)
+        else:  # (an over-limit reschedule is no failure: issue 21)
+            lane.writer.end(not isinstance(error, ops.Release) and not rescheduled(error))
 
     # --- a job of a task, job operations ------------------------------------------------------
     def _working(self, task_id: str, msg: dict, queue: str) -> None:
-        """Mark a job of a task working as it starts, sent ahead (no wait). Its state only: if
-        Redis fails us here the job runs anyway, and its end writes its state for good."""
-        _task.set((task_id, msg["jid"]))
+        """Mark a job of a task that may run long working as it starts, sent ahead (no wait).
+        Its state only: if Redis fails us here the job runs anyway, and its end writes its
+        state for good. A job of a class known to be short (under SLOW_JOB) is not marked:
+        its end follows within milliseconds, and a mark per job was a third of what a task's
+        job cost (issue 18); its end writes its record then if its task had none."""
         ks, args = tracking.mark_call(self.keys, tracking.Move(task_id, msg["jid"], "working"),
                                       tracking.record_json(msg, queue))
         self.ends.send_ahead(tracking.TASK_MARK, ks, args, keep=False)
@@ -345,32 +387,57 @@ class Runner:
                         "each job a jid (24 hex characters) so it can be followed",
                         queue, ", ".join(k for k in msg if k != "jid"), msg["jid"])
 
-    def _release_finished(self, job_class: str) -> None:
-        """Before a job that may run long, write the acks of the batch's finished jobs (one
-        send, no wait), so they are not held reserved (and run again if this worker dies)
-        while it runs. Before a job known to be short they ride with the batch's next
-        reserve call instead: one write less per job is most of a short job's overhead."""
-        if self._durations.get(job_class, SLOW_JOB) >= SLOW_JOB:
-            self.ends.send_acks()
-            self.joblog.flush()
+    def _release_finished(self) -> None:
+        """Before a job that may run long (its class is new, or recently took SLOW_JOB or
+        more), write the acks of the batch's finished jobs (one send, no wait), so they are
+        not held reserved (and run again if this worker dies) while it runs. Before a job
+        known to be short they ride with the batch's next reserve call instead: one write
+        less per job is most of a short job's overhead."""
+        self.ends.send_acks()
+        self.joblog.flush()
 
-    def _learn(self, job_class: str, elapsed: float) -> None:
-        """How long jobs of a class take: jumps up at once, decays slowly."""
-        known = self._durations.get(job_class)
-        self._durations[job_class] = (elapsed if known is None or elapsed > known
-                                      else 0.9 * known + 0.1 * elapsed)
+    def _timeout(self, msg: dict, info: "_ClassInfo") -> float | None:
+        value = msg.get("timeout")
+        if value is not None:  # (1e12 or 10**400: at most ten years)
+            value = codec.seconds_of(value)
+            if value is not None:
+                return value
+        return info.timeout or self.config.job_timeout
 
-    def _timeout(self, msg: dict, cls) -> float | None:
-        value = codec.seconds_of(msg.get("timeout"))  # (1e12 or 10**400: at most ten years)
-        if value is not None:
-            return value
-        if cls is not None:
-            if cls not in self._class_timeouts:  # options are fixed once the class exists
-                value = cls.get_options().get("timeout")
-                self._class_timeouts[cls] = float(value) if value else None
-            if self._class_timeouts[cls]:
-                return self._class_timeouts[cls]
-        return self.config.job_timeout
+
+class _ClassInfo(NamedTuple):
+    """What the runner needs of a job class, learnt at its first job (a class's options
+    are fixed once it exists). For None (no such class) the defaults."""
+    kind: str
+    timeout: float | None  # its own time limit (queued_options), else None
+    hooks: frozenset       # the hooks it overrides (Job's own do nothing)
+
+    @classmethod
+    def of(cls, job_class) -> "_ClassInfo":
+        if job_class is None:
+            return cls(SYNC, None, frozenset())  # (it fails at once: UnknownJobClass)
+        options = job_class.get_options()
+        if options.get("threads") is False:
+            kind = SOLO
+        else:
+            kind = ASYNC if inspect.iscoroutinefunction(job_class.perform) else SYNC
+        value = options.get("timeout")
+        hooks = frozenset(name for name in ("after_succeeded", "after_failed")
+                          if getattr(job_class, name, None) is not getattr(Job, name))
+        return cls(kind, float(value) if value else None, hooks)
+
+
+#: (a job's keyword arguments when it has none: never changed, ** copies it)
+_NO_KWARGS: dict = {}
+
+
+def _lookup(msg: dict) -> tuple[str, type | None, bool]:
+    """(the class name to run, its class or None, whether ActiveJob wraps it)."""
+    name = msg["class"]
+    if name in activejob.WRAPPERS and activejob.is_wrapped(msg):
+        name = activejob.job_name(msg)
+        return name, registry.lookup(name), True
+    return name, registry.lookup(name), False
 
 
 def _given_back(error: BaseException) -> BaseException:

@@ -11,6 +11,7 @@ _LUA = os.path.join(os.path.dirname(__file__), "lua")
 
 RESERVE = Script(_LUA, "reserve")
 FAIL = Script(_LUA, "fail", prelude=_TASKS)  # moves a job of a task too
+FINISH = Script(_LUA, "finish", prelude=_TASKS)  # the successes of a task's jobs, per batch
 REQUEUE = Script(_LUA, "requeue")
 DUE = Script(_LUA, "due")
 ENQUEUE_DUE = Script(_LUA, "enqueue_due")

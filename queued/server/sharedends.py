@@ -39,6 +39,9 @@ class SharedEnds:
         self.dead_max_jobs = dead_max_jobs
         self.r = self.redis = connection.make_redis(url, name=f"queued-worker-{slot}-jobs")
         self.acks: collections.deque[bytes] = collections.deque()
+        #: jobs of tasks that succeeded: (reservation, move, msg), written by the dispatcher
+        #: with its acks (fetch.py, finishes.py)
+        self.finishes: collections.deque[tuple] = collections.deque()
         self.again: collections.deque[tuple] = collections.deque()  # (script, keys, args)
 
     # --- what a job's end calls (outcomes.py, runner.py) ----------------------------------------
@@ -57,11 +60,10 @@ class SharedEnds:
                                   payload, self.dead_timeout, self.dead_max_jobs, queue, task)
         return int(FAIL(self.r, keys, args))
 
-    def finish_ahead(self, res: Reservation, task) -> None:
-        """A job of a task succeeded: its ack and its state in the task, in one call."""
-        keys, args = failure_call(self.keys, self.reserved_key, res.member, "done", 0.0, "",
-                                  self.dead_timeout, self.dead_max_jobs, task=task)
-        self.send_ahead(FAIL, keys, args, keep=True)
+    def finish_ahead(self, res: Reservation, task, msg: dict) -> None:
+        """A job of a task succeeded: its ack and its state in the task go out with the
+        dispatcher's acks."""
+        self.finishes.append((res, task, msg))
 
     def send_ahead(self, script, keys: list, args: list, keep: bool) -> None:
         """A script call made now; if it fails, a ``keep`` call (a job's end) is run again by
@@ -90,6 +92,12 @@ class SharedEnds:
         out = []
         while self.acks:
             out.append(self.acks.popleft())
+        return out
+
+    def take_finishes(self) -> list[tuple]:
+        out = []
+        while self.finishes:
+            out.append(self.finishes.popleft())
         return out
 
     def run_again(self) -> None:

@@ -44,8 +44,10 @@ class WorkerTitle:
     def __init__(self, tag: str, slot: int):
         self.base = f"{_prefix(tag)} worker {slot}"
         self.current = None
+        self._busy = None  # the class the title names now
 
-    def _show(self, text: str) -> None:
+    def _show(self, text: str, busy: str | None = None) -> None:
+        self._busy = busy
         if text != self.current:
             self.current = text
             _set(_printable(text))
@@ -54,7 +56,8 @@ class WorkerTitle:
         self._show(f"{self.base}: idle")
 
     def busy(self, job_class: str) -> None:
-        self._show(f"{self.base}: {job_class}")
+        if job_class != self._busy:  # (once per job: no new text while the class repeats)
+            self._show(f"{self.base}: {job_class}", job_class)
 
     def count(self, busy: int, lanes: int) -> None:
         """A worker of many jobs at once: ``queued 0.1.0 worker 3 [5 of 25 busy]``."""

@@ -283,7 +283,8 @@ class Worker:
         for res in jobs:
             if self.stopping:
                 break  # told to stop: start nothing new; the master puts the rest back at the head
-            if done and self.giveback is not None and self.giveback.revoked(self.slot):
+            if done and self.giveback is not None and self.giveback.revoked(
+                    self.slot, self.writer.started):
                 # the job before ran long: the master gave the rest of the batch to idle
                 # workers (giveback.py); none of it is ours to run now
                 log.debug("the rest of the batch (%d) went back to the queue", len(jobs) - done)

@@ -1,0 +1,84 @@
+"""The job file scripts/bench_instr.py gives the daemons it runs under callgrind: the no-op job of
+scripts/bench_jobs.py, and the worker's time-based choices pinned to what they are in a native
+throughput run, whatever the valgrind slow-down (x40-50) does to the clock:
+
+- a batch grows up to ``prefetch`` while jobs are short (worker.FAST_JOB: under valgrind a no-op
+  job takes ~5 ms, so batches would stay at 1);
+- the acks of a batch ride with the next reserve call while the class is known to be short
+  (runner.SLOW_JOB);
+- the master gives back a batch held behind a job that ran 20 ms (giveback.HOLD_LIMIT).
+
+Each is patched in whichever module holds it in the tree being measured (queued/worker.py
+before the move into queued/server/), so the same file serves any commit since the engine's
+first release. ``BENCH_INSTR_DROP`` (a comma list, see DROPS) replaces one piece of the
+per-job path with nothing, to weigh it: the instructions it costs are the difference.
+"""
+import importlib
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_jobs import BenchJob  # noqa: E402,F401 - the job the daemon runs
+
+import queued  # noqa: E402
+
+FOREVER = 1e9
+
+
+def _patch(module: str, name: str, value) -> None:
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return
+    if hasattr(mod, name):
+        setattr(mod, name, value)
+
+
+for _module in ("queued.server.worker", "queued.worker"):
+    _patch(_module, "FAST_JOB", FOREVER)
+for _module in ("queued.server.runner", "queued.worker"):
+    _patch(_module, "SLOW_JOB", FOREVER)
+_patch("queued.server.giveback", "HOLD_LIMIT", FOREVER)
+
+
+class CpuJob(queued.Job):
+    """Burns ``ms`` milliseconds of its own CPU (thread time), then does BenchJob's INCR."""
+
+    def perform(self, total, ms=1.0):
+        end = time.thread_time() + ms / 1000
+        while time.thread_time() < end:
+            pass
+        BenchJob.perform(self, total)
+
+
+def _nothing(*args, **kwargs):
+    return None
+
+
+def _drop(what: str) -> None:
+    """Replace one piece of the per-job path with a no-op (current tree only)."""
+    from queued.server import log as logsetup, runner, slots, titles
+    if what == "title":
+        titles.WorkerTitle.busy = titles.WorkerTitle.idle = _nothing
+    elif what == "context":
+        logsetup.set_context = _nothing
+        runner.logsetup.set_context = _nothing
+    elif what == "slots":
+        slots.SlotWriter.begin = slots.SlotWriter.end = _nothing
+    elif what == "metrics":
+        from queued.server import metrics
+        metrics.Recorder.record = _nothing
+    elif what == "giveback":
+        from queued.server import giveback
+        giveback.GiveBack.revoked = lambda self, slot, started=None: False
+    elif what == "middleware":
+        from queued import middleware
+        middleware.Chain.invoke = lambda self, job, msg, queue, final: final()
+    else:
+        raise SystemExit(f"BENCH_INSTR_DROP: unknown piece {what!r}")
+
+
+for _what in filter(None, os.environ.get("BENCH_INSTR_DROP", "").split(",")):
+    _drop(_what)
