@@ -222,8 +222,11 @@ def test_retry_and_dead_sets_read_and_retry_queued_failures(daemon, producer, r,
     assert ret["retry"] is True and dead["retry"] == 0
     assert 3600 <= ret["at"] - ret["failed_at"] < 3610  # retry_in + rand(10)
     # (backtrace: 3 -> Sidekiq decodes queued's zlib+base64 blob into three Ruby-style lines)
-    assert len(ret["backtrace"]) == 3 and "interop_jobs.py" in ret["backtrace"][0]
-    assert ":in `perform'" in ret["backtrace"][0]
+    # innermost first, as Ruby's: the raise, its caller, perform
+    assert len(ret["backtrace"]) == 3
+    assert all("interop_jobs.py" in line for line in ret["backtrace"]), ret["backtrace"]
+    assert [line.rsplit(":in ", 1)[1] for line in ret["backtrace"]] == [
+        "`refuse'", "`first_run'", "`perform'"]
     # (no backtrace option: queued's default, the job's own frames of the same stack, at
     # most 20, which Sidekiq decodes too)
     assert 1 <= len(dead["backtrace"]) <= 20 and dead["backtrace"][0] == ret["backtrace"][0]
