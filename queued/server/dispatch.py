@@ -33,7 +33,7 @@ import time
 
 import redis
 
-from .. import events
+from .. import client, events, safepoints
 from . import log as logsetup
 from .fetch import Fetcher
 from .pool import Pool
@@ -59,6 +59,10 @@ class Dispatcher:
         self.inbox: queue.SimpleQueue = w.inbox
         self.ends = SharedEnds(cfg.redis_url, w.keys, w.identity, w.slot,
                                cfg.dead_timeout_in_seconds, cfg.dead_max_jobs)
+        # job code reaches these clients (say(), touch(), get_redis()): a command of theirs is
+        # never cut by a JobTimeout (a connection taken from the pool and not given back)
+        safepoints.guard_client(self.ends.r)
+        safepoints.guard_client(client.get_redis())
         # the master's own record of this worker (record 0): only this thread writes it
         self.header = Lane(0, w.writer, NO_TITLE, job_timeout)
         self.runner = Runner(cfg, w.keys, w.identity, w.slot, self.ends, self.header, w.notes,

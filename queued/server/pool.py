@@ -25,7 +25,7 @@ import sys
 import threading
 import traceback
 
-from .. import events
+from .. import events, safepoints
 from . import log as logsetup
 from .runner import NO_TITLE, Lane, Runner
 from .slots import SlotWriter
@@ -51,6 +51,8 @@ class Pool:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_ident = 0
         self.async_code = Runner.run_async.__code__  # the watchdog finds a loop's job by it
+        # a job thread's JobTimeout never lands inside a logging lock (safepoints.py)
+        safepoints.guard_logging()
 
     # --- lanes (the dispatcher's) ------------------------------------------------------------
     @property
@@ -88,6 +90,7 @@ class Pool:
     # --- the threads -------------------------------------------------------------------------
     def _thread(self, lane: Lane, box: queue.SimpleQueue) -> None:
         logsetup.set_lane(lane.number)
+        safepoints.register(lane.timeout)  # (its JobTimeout lands in job code only)
         events.fire("thread_start")
         while True:
             res, msg = box.get()
@@ -127,6 +130,14 @@ class Pool:
     # --- what the watchdog and a TTIN dump look at ---------------------------------------------
     def timers(self) -> list[LaneTimer]:
         return [self.lanes[n].timeout for n in list(self._threads)]
+
+    def guards(self) -> list[tuple[int, LaneTimer]]:
+        """(lane, its timer) of every lane with a thread."""
+        return [(n, self.lanes[n].timeout) for n in list(self._threads)]
+
+    def lane_of(self, ident: int) -> int | None:
+        """The lane whose thread is ``ident``, if any."""
+        return next((n for n, t in list(self._threads.items()) if t.ident == ident), None)
 
     def async_busy(self) -> int:
         return sum(1 for kind in list(self.kinds.values()) if kind == "async")
