@@ -123,6 +123,36 @@ class AsyncStuck(queued.Job):
             await r.rpush(CLEANUP, self.jid)
 
 
+class AsyncDropsACancel(queued.Job):
+    """An async job that loses the first cancellation of its limit, as a redis-py command does
+    when the cancel races its write (rt2 finding 1), then awaits on: only a second cancel
+    ends it."""
+    queued_options = {"timeout": 0.5, "retry": 0}
+
+    async def perform(self, seconds=60):
+        r = queued.get_async_redis()
+        await r.hincrby(RUNS, self.jid, 1)
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            await r.rpush(CLEANUP, f"{self.jid} dropped")
+        await asyncio.sleep(seconds)
+
+
+class AsyncIgnoresCancel(queued.Job):
+    """An async job that swallows every cancellation and awaits on (careless code)."""
+    queued_options = {"timeout": 0.5, "retry": 0}
+
+    async def perform(self, seconds=60):
+        _start(self)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                await asyncio.sleep(0.05)  # (awaits here)
+            except asyncio.CancelledError:
+                pass
+
+
 class AsyncBlocksLoop(queued.Job):
     """An async job that blocks its event loop (time.sleep in async def): every other async
     job of the process waits on it."""

@@ -48,6 +48,7 @@ class Pool:
         self.kinds: dict[int, str] = {}  # lane -> "sync" or "async", while busy
         self._inboxes: dict[int, queue.SimpleQueue] = {}
         self._threads: dict[int, threading.Thread] = {}
+        self.tasks: dict[int, asyncio.Task] = {}  # lane -> its async job's task, while it runs
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_ident = 0
         self.async_code = Runner.run_async.__code__  # the watchdog finds a loop's job by it
@@ -105,12 +106,14 @@ class Pool:
 
     async def _task(self, lane: Lane, res, msg: dict) -> None:
         logsetup.set_lane(lane.number)  # (this task's own context)
+        self.tasks[lane.number] = asyncio.current_task()
         try:
             await self.runner.run_async(res, msg, lane)
         except BaseException:  # noqa: BLE001 - as _thread
             log.exception("worker %d lane %d: the end of an async job could not be written",
                           self.slot, lane.number)
         finally:
+            self.tasks.pop(lane.number, None)
             self.inbox.put(("done", lane.number))
 
     def _start_loop(self) -> None:
@@ -176,6 +179,15 @@ class Pool:
             lines.append(f"Task {task.get_name()} (awaiting, innermost last):")
             lines.append("".join(traceback.format_list(_awaiting(task.get_coro()))).rstrip())
         return "\n".join(lines)
+
+
+def awaiting_stack(task) -> str:
+    """Where a task's coroutine waits, innermost last (read from another thread: a task
+    that moves on meanwhile shows where it was)."""
+    try:
+        return "".join(traceback.format_list(_awaiting(task.get_coro()))).rstrip() or "(none)"
+    except (AttributeError, ValueError, RuntimeError):
+        return "(changing; ask again)"
 
 
 def _awaiting(coro) -> traceback.StackSummary:

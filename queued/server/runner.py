@@ -35,6 +35,7 @@ from ..errors import JobTimeout, PayloadError, UnknownJobClass
 from .fetch import Reservation
 from ..job import registry
 from ..middleware import server_middleware
+from .asynclimit import AsyncLimit, recancel_every
 from .guards import rescheduled
 from .outcomes import Outcomes, call_hook
 from .timeout import job_timeout
@@ -114,6 +115,7 @@ class Runner:
         self.ends_executor = (concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="queued-ends") if offload_ends else None)
         self._loop: asyncio.AbstractEventLoop | None = None  # (one job at a time: its own)
+        self.recancel = recancel_every(config.timeout_grace)  # (an async job past its limit)
 
     @property
     def held(self) -> list:
@@ -228,27 +230,23 @@ class Runner:
         run = self._begin(res, msg, lane, 0)
         start = time.monotonic()
         job, error = None, None
-        task = asyncio.current_task()
-        expired = []
-        handle = None
-        if run.timeout:
-            handle = asyncio.get_running_loop().call_later(
-                run.timeout, lambda: (expired.append(True), task.cancel()))
+        # (cancelled at its limit and again until it ends: asynclimit.py)
+        limit = AsyncLimit(run.timeout, self.recancel) if run.timeout else None
         try:
             job = self._instance(run)
+            if limit is not None:
+                limit.inside = True
             await server_middleware.invoke_async(job, msg, res.queue,
                                                  lambda: job.perform(*run.args, **run.kwargs))
         except BaseException as e:  # noqa: BLE001 - as run()
             error = _given_back(e)
-            if expired and isinstance(e, asyncio.CancelledError):
-                if hasattr(task, "uncancel"):
-                    task.uncancel()
+            if limit is not None and limit.expired and isinstance(e, asyncio.CancelledError):
                 error = JobTimeout(f"{msg['class']} (jid {msg['jid']}) exceeded its "
                                    f"{run.timeout:g}s timeout and was cancelled")
                 error.__traceback__ = e.__traceback__
         finally:
-            if handle is not None:
-                handle.cancel()
+            if limit is not None:
+                limit.close()
         elapsed = time.monotonic() - start
         if self.ends_executor is not None and (error is not None or run.task_id is not None):
             # Its end is a Redis round trip (or retried through an outage): on the ends

@@ -26,6 +26,7 @@ import traceback
 
 from .. import safepoints
 from . import log as logsetup
+from .pool import awaiting_stack
 
 log = logging.getLogger("queued.worker")
 
@@ -177,9 +178,15 @@ class Watchdog:
             self._reported.add((v.record, v.jid))
             if ident:
                 what, where = "JobTimeout", f"thread {v.record}'s stack:\n{self._stack(ident)}"
-            else:
-                what, where = "cancellation", (f"an async job: the loop thread's stack:\n"
+            elif v.jid == self.blocker:
+                what, where = "cancellation", (f"an async job holding the event loop: the loop "
+                                               f"thread's stack:\n"
                                                f"{self._stack(self.pool.loop_ident)}")
+            else:
+                task = self.pool.tasks.get(v.record)
+                what, where = "cancellation", (
+                    f"an async job, cancelled again until it ends; where it awaits "
+                    f"(innermost last):\n{awaiting_stack(task) if task else '(ended)'}")
             logsetup.write_record(
                 "ERROR", log.name,
                 f"worker {self.slot}: {v.job_class} jid={v.jid} is still running {late:.1f}s "

@@ -6,7 +6,8 @@ import time
 import jobs
 import pytest
 import threadjobs
-from threadjobs import AsyncBlocksLoop, AsyncCounted, AsyncNap, AsyncStuck, Counted
+from threadjobs import (AsyncBlocksLoop, AsyncCounted, AsyncDropsACancel, AsyncIgnoresCancel,
+                        AsyncNap, AsyncStuck, Counted)
 
 from ctlrun import ctl
 from harness import counts, wait_for, zjobs
@@ -54,6 +55,40 @@ def test_an_async_job_past_its_timeout_is_cancelled(daemon, producer, r, threads
     nxt = jobs.Record.perform_async("next")
     wait_for(lambda: done(r).get(nxt) == 1, 10, what="the next job")
     assert d.worker_pids() == [worker] and "killing it" not in d.output()
+    assert d.stop() == 0
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_an_async_job_that_loses_its_cancel_is_cancelled_again(daemon, producer, r, threads):
+    # Given a worker, and an async job that loses the first cancel of its 0.5 s limit (rt2
+    # finding 1: redis-py drops one that races a command; the master then killed the process)
+    d = daemon(concurrency=1, threads=threads, require=JOBS)
+    (worker,) = d.worker_pids()
+    jid = AsyncDropsACancel.perform_async(60)
+    # Then it is cancelled again before the master's kill: it fails with JobTimeout (to dead,
+    # retry 0), and its process lives on
+    (entry,) = wait_for(lambda: zjobs(r, "dead"), 10, what="the job in dead")
+    assert entry["jid"] == jid and entry["error_class"] == "JobTimeout"
+    assert "0.5s timeout and was cancelled" in entry["error_message"]
+    assert r.lrange(threadjobs.CLEANUP, 0, -1) == [f"{jid} dropped".encode()]
+    nxt = jobs.Record.perform_async("next")
+    wait_for(lambda: done(r).get(nxt) == 1, 10, what="the next job")
+    assert d.worker_pids() == [worker] and "killing it" not in d.output()
+    assert d.stop() == 0
+
+
+def test_an_async_job_ignoring_its_cancels_is_reported_where_it_awaits(daemon, producer, r):
+    # Given a worker of 4 lanes, and an async job that swallows every cancel of its limit
+    d = daemon(concurrency=1, threads=4, timeout_grace=3, require=JOBS)
+    jid = AsyncIgnoresCancel.perform_async(60)
+    # Then the watchdog's report shows the job's own frames where it awaits (rt2 finding 1:
+    # it showed the loop thread, idle in select), before the master's kill
+    out = d.wait_log(f"AsyncIgnoresCancel jid={jid} is still running", 10)
+    report = out[out.index(f"jid={jid} is still running"):]
+    assert "cancelled again until it ends; where it awaits (innermost last):" in report
+    assert "in perform\n    await asyncio.sleep(0.05)  # (awaits here)" in report
+    (entry,) = wait_for(lambda: zjobs(r, "dead"), 15, what="the job in dead")
+    assert entry["jid"] == jid and entry["error_class"] == "JobTimeout"
     assert d.stop() == 0
 
 
