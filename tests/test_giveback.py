@@ -5,7 +5,9 @@ import time
 
 from queued import config
 from queued.keys import Keys
+from queued.server import recovery
 from queued.server.giveback import HOLD_LIMIT, GiveBack, give_back
+from queued.server.running import Running
 from queued.server.slots import SlotTable, SlotWriter
 
 from conftest import FETCH_IDENTITY, job
@@ -18,7 +20,7 @@ def test_give_back_keeps_the_running_job_and_those_before_it(r, make_fetcher):
     f = make_fetcher()
     r.lpush("queue:default", *[job(i) for i in range(1, 6)])
     batch = f.reserve(5)
-    running = json.loads(batch[1].payload)["jid"]
+    running = Running(json.loads(batch[1].payload)["jid"], behind=3)
     assert give_back(r, K, FETCH_IDENTITY, CFG, 0, running) == 3
     # the later three are back, in their order, at the head (the right end: next to run)
     assert r.lrange("queue:default", 0, -1) == [job(5), job(4), job(3)]
@@ -41,3 +43,28 @@ def test_the_master_acts_once_the_job_in_front_ran_past_the_limit(r, make_fetche
     assert r.lrange("queue:default", 0, -1) == [job(3), job(2)]
     # the worker sees it before its next job of the batch, once
     assert gb.revoked(0) and not gb.revoked(0)
+
+
+def test_a_running_job_sharing_its_jid_with_a_finished_one_is_never_given_back(r, make_fetcher):
+    # Given a batch: a finished job (its ack not sent yet) and the running one share a jid, and
+    # two more wait behind (rt2 finding 5: the finished one was kept, the running one put back,
+    # and it ran twice at once)
+    f = make_fetcher()
+    same = [json.dumps({"class": "Tagged", "args": [tag], "jid": "x" * 24}).encode()
+            for tag in ("finished", "running")]
+    r.lpush("queue:default", *same, job(3), job(4))
+    batch = f.reserve(4)
+    table = SlotTable(1)
+    w = SlotWriter(table, 0, 4242)
+    gb = GiveBack(1)
+    w.begin("x" * 24, "default", "Tagged", None, held=2)
+    # When the running one has run past the hold limit
+    time.sleep(HOLD_LIMIT)
+    gb.step(r, K, FETCH_IDENTITY, CFG, table, {0: 4242})
+    # Then only the two behind it went back; it and the finished one stay reserved
+    assert r.lrange("queue:default", 0, -1) == [job(4), job(3)]
+    assert r.zrange(K.reserved(FETCH_IDENTITY, 0), 0, -1) == [b.member for b in batch[:2]]
+    # And the master still finds the running one, though its record counts two behind it
+    running = Running.of(table.read(0))
+    assert running == Running("x" * 24, behind=2)
+    assert recovery.current_job(r, K, FETCH_IDENTITY, 0, ["default"], running) == batch[1]

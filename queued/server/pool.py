@@ -28,7 +28,7 @@ import traceback
 from .. import events, safepoints
 from . import log as logsetup
 from .runner import NO_TITLE, Lane, Runner
-from .slots import SlotWriter
+from .slots import LaneWriter
 from .timeout import LaneTimer
 
 log = logging.getLogger("queued.worker")
@@ -42,7 +42,7 @@ class Pool:
         self.table = table
         self.slot = slot
         self.inbox = inbox
-        self.lanes = {n: Lane(n, SlotWriter(table, slot, pid, n), NO_TITLE, LaneTimer(on_arm))
+        self.lanes = {n: Lane(n, LaneWriter(table, slot, pid, n), NO_TITLE, LaneTimer(on_arm))
                       for n in range(1, size + 1)}
         self._free = list(self.lanes)  # a heap: the lowest free lane is taken first
         self.kinds: dict[int, str] = {}  # lane -> "sync" or "async", while busy

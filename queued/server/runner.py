@@ -274,7 +274,7 @@ class Runner:
         self._release_finished(msg["class"])
         timeout = self._timeout(msg, cls)
         shown = codec.job_class_name(msg)
-        lane.writer.begin(msg["jid"], res.queue, shown, timeout, held)
+        lane.writer.begin(msg["jid"], res.queue, shown, timeout, held, res.member)
         lane.title.busy(shown)
         logsetup.set_context(logsetup.job_context(shown, msg["jid"], queue=res.queue))
         task_id = tracking.task_id_of(msg)

@@ -45,10 +45,11 @@ READ_PATIENCE = 1.0
 _SEQ = struct.Struct("<Q")
 # pid, state, held (jobs reserved, not started), started_at (wall, shown to people), started
 # (monotonic, for timeouts), tick (monotonic), timeout, lag (seconds the process's event loop
-# has been late, its dispatcher's record only), processed, failed, jid, queue, class.
+# has been late, its dispatcher's record only), processed, failed, jid, queue, class, token
+# (a job lane's: its reservation's, so the master finds the very job, not one of its jid).
 # CLOCK_MONOTONIC is one clock for every process of a host, so the master can compare a
 # worker's monotonic stamps with its own.
-_BODY = struct.Struct("<qB3xIdddddQQ24s64s128s")
+_BODY = struct.Struct("<qB3xIdddddQQ24s64s128s32s")
 _SIZE = _SEQ.size + _BODY.size
 _TIMEOUT_AT = struct.calcsize("<qB3xIddd")  # the timeout field's offset in the body
 
@@ -69,6 +70,7 @@ class SlotView(NamedTuple):
     record: int = 0  # 0: the worker's own (its one job's, or its process's); N: lane N
     held: int = 0
     lag: float = 0.0
+    token: str = ""  # a job lane's reservation token (running.py), else ""
 
     @property
     def busy(self) -> bool:
@@ -90,9 +92,9 @@ def stored_jid(jid: str) -> str:
 
 def _view(slot: int, record: int, fields: tuple) -> SlotView:
     pid, state, held, started_at, started, tick, timeout, lag, processed, failed, jid, queue, \
-        klass = fields
+        klass, token = fields
     return SlotView(slot, pid, state, started_at, started, tick, timeout, processed, failed,
-                    _s(jid), _s(queue), _s(klass), record, held, lag)
+                    _s(jid), _s(queue), _s(klass), record, held, lag, _s(token))
 
 
 class SlotTable:
@@ -113,7 +115,7 @@ class SlotTable:
             v = self.read(slot, writer_alive=False, record=record)
             _SEQ.pack_into(self.mem, off, 0)
             _BODY.pack_into(self.mem, off + _SEQ.size, pid, IDLE, 0, 0.0, 0.0, time.monotonic(),
-                            0.0, 0.0, v.processed, v.failed, b"", b"", b"")
+                            0.0, 0.0, v.processed, v.failed, b"", b"", b"", b"")
 
     def read(self, slot: int, writer_alive: bool = True, record: int = 0) -> SlotView:
         """A consistent copy of one record. ``writer_alive=False`` (the worker has been
@@ -182,13 +184,13 @@ class SlotWriter:
         self.failed = v.failed
 
     def _write(self, state: int, started_at: float, timeout: float, jid: str, queue: str,
-               klass: str, held: int = 0, lag: float = 0.0) -> None:
+               klass: str, held: int = 0, lag: float = 0.0, token: bytes = b"") -> None:
         self.seq += 1
         self._store_seq()
         now = time.monotonic()
         _BODY.pack_into(self.mem, self.off + _SEQ.size, self.pid, state, held, started_at,
                         now if state == BUSY else 0.0, now, timeout, lag, self.processed,
-                        self.failed, _b(jid, 24), _b(queue, 64), _b(klass, 128))
+                        self.failed, _b(jid, 24), _b(queue, 64), _b(klass, 128), token)
         self.seq += 1
         self._store_seq()
 
@@ -198,8 +200,10 @@ class SlotWriter:
         self.mem[self.off:self.off + 8] = self.seq.to_bytes(8, "little")
 
     def begin(self, jid: str, queue: str, klass: str, timeout: float | None,
-              held: int = 0) -> None:
-        """A job starts; ``held``: jobs reserved behind it, not started (batch.py)."""
+              held: int = 0, member: bytes = b"") -> None:
+        """A job starts; ``held``: jobs reserved behind it, not started (batch.py). The
+        record of a worker of one job at a time finds its job by ``held`` (running.py), so
+        ``member`` (its reservation) is not looked at here: see LaneWriter."""
         self._write(BUSY, time.time(), timeout or 0.0, jid, queue, klass, held)
 
     def ending(self) -> None:
@@ -223,6 +227,17 @@ class SlotWriter:
         record of a worker of many jobs also says what it holds unstarted, its event loop's
         lag and, while the loop is stuck, the jid of the job it is stuck in (watchdog.py)."""
         self._write(IDLE, 0.0, 0.0, blocker, "", "", held, lag)
+
+
+class LaneWriter(SlotWriter):
+    """A job lane's record: it also names its job's reservation by its token (running.py),
+    since two lanes may run jobs of one jid."""
+
+    def begin(self, jid: str, queue: str, klass: str, timeout: float | None,
+              held: int = 0, member: bytes = b"") -> None:
+        a = member.find(b"\0")
+        token = member[a + 1:member.find(b"\0", a + 1)][:32] if a >= 0 else b""
+        self._write(BUSY, time.time(), timeout or 0.0, jid, queue, klass, held, token=token)
 
 
 class Notes:

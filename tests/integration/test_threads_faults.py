@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import time
 
 import jobs
 import threadjobs
@@ -242,4 +243,28 @@ def test_job_operations_from_threads_and_async_jobs(daemon, producer, r):
     assert entry["error_class"] == "Buried" and entry["bury_count"] == 1
     assert set(r.lrange("t:touched", 0, -1)) == {b"1"} and r.llen("t:caught") == 0
     assert r.zcard("retry") == 0 and r.llen("queue:default") == 0
+    assert d.stop() == 0
+
+
+def test_a_timeout_kill_charges_its_culprit_not_another_job_of_its_jid(daemon, producer, r):
+    # Given one process of 4 threads running two jobs of one jid (users fix jids to make jobs
+    # idempotent): an innocent one waiting on a gate, reserved first, and one that blocks in
+    # C past its 0.3 s limit (rt2 finding 5: the first of the jid was charged, the culprit
+    # went back "no retry spent")
+    d = daemon(concurrency=1, threads=4, timeout_grace=1, require=JOBS)
+    (worker,) = d.worker_pids()
+    jid = "5a" * 12
+    for cls, args in (("Held", ["samejid"]), ("Blocks", [60])):
+        r.lpush("queue:default", json.dumps({
+            "class": cls, "args": args, "queue": "default", "jid": jid, "retry": 2,
+            "created_at": time.time(), "enqueued_at": time.time()}))
+    # When the master kills the process at the culprit's limit + grace
+    (entry,) = wait_for(lambda: zjobs(r, "retry"), 20, what="a job charged")
+    # Then the culprit alone is charged; the innocent went back and runs again, to its end
+    assert entry["class"] == "Blocks" and entry["error_class"] == "JobTimeout"
+    wait_for(lambda: d.worker_pids() and d.worker_pids() != [worker], 10, what="new worker")
+    wait_for(lambda: runs(r).get(jid) == 3, 10, what="the innocent running again")
+    jobs.open_gate(r, "samejid")
+    wait_for(lambda: done(r).get(jid) == 1, 10, what="the innocent done")
+    assert [e["class"] for e in zjobs(r, "retry")] == ["Blocks"] and r.zcard("dead") == 0
     assert d.stop() == 0
