@@ -153,6 +153,17 @@ class AsyncIgnoresCancel(queued.Job):
                 pass
 
 
+class AsyncHoldsLoop(queued.Job):
+    """An async job without a time limit that blocks its event loop until the gate ``tag``
+    opens (sync calls in async def): the async jobs handed to the loop meanwhile wait."""
+
+    async def perform(self, tag):
+        _start(self)
+        while not _r().exists(GATE + tag):
+            time.sleep(0.01)
+        _finish(self)
+
+
 class AsyncBlocksLoop(queued.Job):
     """An async job that blocks its event loop (time.sleep in async def): every other async
     job of the process waits on it."""

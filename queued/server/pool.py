@@ -26,6 +26,7 @@ import threading
 import traceback
 
 from .. import events, safepoints
+from .. import payload as codec
 from . import log as logsetup
 from .runner import NO_TITLE, Lane, Runner
 from .slots import LaneWriter
@@ -86,6 +87,11 @@ class Pool:
         self.kinds[lane.number] = "async"
         if self.loop is None:
             self._start_loop()
+        # Its lane's record says it is held before the loop starts it (no time limit yet: it
+        # runs from its start), so a job waiting on a blocked loop is counted and shown
+        # (rt2 finding 6). Written before the hand-off: the loop writes the record after.
+        lane.writer.begin(str(msg.get("jid", "")), res.queue, codec.job_class_name(msg), None,
+                          0, res.member)
         asyncio.run_coroutine_threadsafe(self._task(lane, res, msg), self.loop)
 
     # --- the threads -------------------------------------------------------------------------

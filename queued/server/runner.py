@@ -225,6 +225,7 @@ class Runner:
             else:
                 go = self.guarded(res, msg)
             if not go:
+                lane.writer.tick()  # (idle again: pool.py wrote it held as it was handed over)
                 logsetup.set_context("")
                 return
         run = self._begin(res, msg, lane, 0)

@@ -1,13 +1,14 @@
 """``async def perform`` jobs, as tasks on their worker's one event loop, in real daemons: each
 exactly once, each with its time limit (a cancellation), mixed with sync jobs within
 ``threads``, a loop blocked by one job named and that job alone charged (issue 17)."""
+import json
 import time
 
 import jobs
 import pytest
 import threadjobs
-from threadjobs import (AsyncBlocksLoop, AsyncCounted, AsyncDropsACancel, AsyncIgnoresCancel,
-                        AsyncNap, AsyncStuck, Counted)
+from threadjobs import (AsyncBlocksLoop, AsyncCounted, AsyncDropsACancel, AsyncHoldsLoop,
+                        AsyncIgnoresCancel, AsyncNap, AsyncStuck, Counted)
 
 from ctlrun import ctl
 from harness import counts, wait_for, zjobs
@@ -149,4 +150,25 @@ def test_a_job_that_blocks_the_loop_is_named_and_alone_charged(daemon, producer,
     wait_for(lambda: all(done(r).get(j) == 1 for j in victims), 20, what="victims done")
     assert r.zcard("retry") == 1 and r.zcard("dead") == 0
     assert d.worker_pids() != [worker]
+    assert d.stop() == 0
+
+
+def test_async_jobs_waiting_on_a_blocked_loop_are_counted_and_shown(daemon, producer, r):
+    # Given one process of 8 lanes whose event loop a job holds (no limit, until its gate)
+    d = daemon(concurrency=1, threads=8, require=JOBS)
+    holder = AsyncHoldsLoop.perform_async("loop")
+    wait_for(lambda: holder in runs(r), 10, what="the loop held")
+    # When 4 more async jobs are handed to that loop (they cannot start)
+    waiting = AsyncNap.perform_bulk([[0.01]] * 4)
+    wait_for(lambda: r.llen("queue:default") == 0, 10, what="the 4 taken")
+    # Then the process's beat counts all 5 busy, and its workers hash shows each of them, its
+    # own payload (rt2 finding 6: 1 busy, 1 row; 4 reserved jobs nowhere to be seen)
+    (identity,) = [m.decode() for m in r.smembers("processes")]
+    wait_for(lambda: r.hget(identity, "busy") == b"5", 10, what="5 busy in the beat")
+    shown = {json.loads(json.loads(v)["payload"])["jid"]
+             for v in r.hgetall(f"{identity}:workers").values()}
+    assert shown == {holder, *waiting}
+    # And once the loop is free they all run, once each
+    jobs.open_gate(r, "loop")
+    wait_for(lambda: all(done(r).get(j) == 1 for j in [holder, *waiting]), 10, what="all done")
     assert d.stop() == 0
