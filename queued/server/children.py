@@ -249,7 +249,9 @@ class Children:
                 continue
             if rec.kill_reason:
                 continue
-            views = self.table.slot_views(rec.slot)
+            # (only a slot with a busy record is read whole: an idle one's own record tells)
+            views = (self.table.slot_views(rec.slot) if self.table.busy_count(rec.slot)
+                     else [self.table.read(rec.slot)])
             v = views[0]
             late = [j for j in views if j.busy and j.timeout
                     and now - j.started > j.timeout + self.config.timeout_grace]

@@ -52,6 +52,7 @@ _SEQ = struct.Struct("<Q")
 _BODY = struct.Struct("<qB3xIdddddQQ24s64s128s32s")
 _SIZE = _SEQ.size + _BODY.size
 _TIMEOUT_AT = struct.calcsize("<qB3xIddd")  # the timeout field's offset in the body
+_STATE_AT = _SEQ.size + struct.calcsize("<q")  # the state byte's offset in a record
 
 
 class SlotView(NamedTuple):
@@ -164,6 +165,14 @@ class SlotTable:
                 continue
             out.append(_view(slot, record, _BODY.unpack_from(body, off + _SEQ.size)))
         return out
+
+    def busy_count(self, slot: int | None = None) -> int:
+        """Busy records of one slot (None: of all), from their state bytes alone: one strided
+        copy, no record unpacked, so a master's idle tick costs next to nothing however many
+        lanes its workers have (rt2 finding 8: 1,000 lanes each made it 22 % of a core). A
+        byte is written whole: a count read mid-write is the one before or after it."""
+        first, last = (0, self.count) if slot is None else (slot, slot + 1)
+        return self.mem[self._off(first) + _STATE_AT:self._off(last):_SIZE].count(BUSY)
 
     def processed(self, slot: int) -> int:
         """Jobs the workers of a slot have finished, all lanes together."""
