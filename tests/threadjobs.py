@@ -164,6 +164,29 @@ class AsyncHoldsLoop(queued.Job):
         _finish(self)
 
 
+class AsyncGateWait(queued.Job):
+    """An async job that awaits (polling) until the gate ``tag`` opens: it runs little itself."""
+    queued_options = {"timeout": 2, "retry": 3}
+
+    async def perform(self, tag):
+        r = queued.get_async_redis()
+        await r.hincrby(RUNS, self.jid, 1)
+        while not await r.exists(GATE + tag):
+            await asyncio.sleep(0.01)
+        await r.hincrby(DONE, self.jid, 1)
+
+
+class AsyncBlocksThenOpens(queued.Job):
+    """An async job without a time limit that blocks its event loop ``seconds`` (time.sleep
+    in async def), then opens the gate ``tag``."""
+
+    async def perform(self, seconds, tag):
+        _start(self)
+        time.sleep(seconds)
+        _r().set(GATE + tag, 1)
+        _finish(self)
+
+
 class AsyncBlocksLoop(queued.Job):
     """An async job that blocks its event loop (time.sleep in async def): every other async
     job of the process waits on it."""

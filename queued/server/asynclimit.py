@@ -18,16 +18,123 @@ writing of the job's end; when the run ends every cancel it made is taken back
 while the task is suspended is delivered at the very await it is suspended in: the loop runs
 this callback and the task's steps one at a time.)
 
+The limit counts the time the job could run (rt2 finding 4: 4 async jobs of 1 s limits, a 3 s
+block of the loop by a job without one, and all 4 were cancelled as the loop came back, the
+blocker untouched; docs/operating.md promises the opposite): a callback that should run every
+METER_EVERY measures how long the loop was held (``_Meter``), and a job's limit moves by what
+the loop was held since it started, less the holds that were its own steps (``_Timed`` times
+them). A job that holds the loop itself is not excused; one that only waited is. (The master
+kills at limit + grace from its record, unmoved: a loop held that long is stuck, and then only
+the job holding it is charged: children.py.)
+
 All of it runs on the event loop's thread. Does not own the loop (pool.py), nor the job's run
 (runner.py), nor how a stuck loop is seen (watchdog.py).
 """
 from __future__ import annotations
 
 import asyncio
+import time
+import weakref
 
 #: A job past its limit is cancelled again at most this often (seconds): the watchdog's probe
 #: period.
 RECANCEL_MIN = 0.1
+
+
+#: The loop meter's period while limits run, and the lateness past which the loop counts as
+#: held (seconds).
+METER_EVERY = 0.05
+HELD_AFTER = 0.02
+
+
+class _Meter:
+    """Seconds an event loop has been held, in all (one per loop, ticking while a limit runs)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.held = 0.0
+        self.users = 0
+        self.expected = 0.0
+        self.handle: asyncio.TimerHandle | None = None
+
+    def acquire(self) -> None:
+        self.users += 1
+        if self.handle is None:
+            self._schedule()
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users <= 0 and self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+    def total(self) -> float:
+        """Held so far, a hold that just ended and is not ticked yet included."""
+        late = self.loop.time() - self.expected if self.handle is not None else 0.0
+        return self.held + (late if late > HELD_AFTER else 0.0)
+
+    def _schedule(self) -> None:
+        self.expected = self.loop.time() + METER_EVERY
+        self.handle = self.loop.call_at(self.expected, self._tick)
+
+    def _tick(self) -> None:
+        late = self.loop.time() - self.expected
+        if late > HELD_AFTER:
+            self.held += late
+        self.handle = None
+        if self.users > 0:
+            self._schedule()
+
+
+_meters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Meter]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _meter(loop: asyncio.AbstractEventLoop) -> _Meter:
+    found = _meters.get(loop)
+    if found is None:
+        found = _meters[loop] = _Meter(loop)
+    return found
+
+
+class _Timed:
+    """Awaits a coroutine, adding up its steps that held the loop (its own blocking)."""
+
+    def __init__(self, coro, limit: "AsyncLimit"):
+        self.coro = coro
+        self.limit = limit
+
+    def __await__(self):
+        return self
+
+    @property
+    def cr_await(self):
+        """(What it awaits, as a coroutine says: a stack dump walks on through it: pool.py.)"""
+        return self.coro
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._step(self.coro.send, None)
+
+    def send(self, value):
+        return self._step(self.coro.send, value)
+
+    def throw(self, *exc):
+        return self._step(self.coro.throw, *exc)
+
+    def close(self):
+        return self.coro.close()
+
+    def _step(self, fn, *args):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            took = time.perf_counter() - t0
+            if took > HELD_AFTER:
+                self.limit.own += took
 
 
 def recancel_every(grace: float) -> float:
@@ -46,12 +153,30 @@ class AsyncLimit:
         self.expired = False
         self.cancels = 0
         self.inside = False       # the task waits inside the job's own code
+        self.started = self.loop.time()
+        self.meter = _meter(self.loop)
+        self.meter.acquire()
+        self.held_at = self.meter.total()
+        self.own = 0.0            # seconds its own steps held the loop (_Timed)
         self.handle: asyncio.TimerHandle | None = self.loop.call_later(seconds, self._due)
+
+    def timed(self, coro) -> _Timed:
+        """``await limit.timed(job's coroutine)``: its own holds of the loop are not excused."""
+        return _Timed(coro, self)
+
+    def waited(self) -> float:
+        """Seconds the job could not run: the loop held by others since it started."""
+        return max(0.0, self.meter.total() - self.held_at - self.own)
 
     def _due(self) -> None:
         self.handle = None
         if self.task.done():
             return
+        if not self.expired:
+            left = self.started + self.seconds + self.waited() - self.loop.time()
+            if left > 0.001:
+                self.handle = self.loop.call_later(left, self._due)
+                return
         self.expired = True
         if self.inside:
             self.cancels += 1
@@ -61,6 +186,9 @@ class AsyncLimit:
     def close(self) -> None:
         """The job's code is done (or cancelled for good): no more cancels, and none left."""
         self.inside = False
+        if self.meter is not None:
+            self.meter.release()
+            self.meter = None
         if self.handle is not None:
             self.handle.cancel()
             self.handle = None

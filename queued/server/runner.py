@@ -235,10 +235,12 @@ class Runner:
         limit = AsyncLimit(run.timeout, self.recancel) if run.timeout else None
         try:
             job = self._instance(run)
+            work = server_middleware.invoke_async(job, msg, res.queue,
+                                                  lambda: job.perform(*run.args, **run.kwargs))
             if limit is not None:
                 limit.inside = True
-            await server_middleware.invoke_async(job, msg, res.queue,
-                                                 lambda: job.perform(*run.args, **run.kwargs))
+                work = limit.timed(work)
+            await work
         except BaseException as e:  # noqa: BLE001 - as run()
             error = _given_back(e)
             if limit is not None and limit.expired and isinstance(e, asyncio.CancelledError):

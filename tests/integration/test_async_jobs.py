@@ -7,8 +7,9 @@ import time
 import jobs
 import pytest
 import threadjobs
-from threadjobs import (AsyncBlocksLoop, AsyncCounted, AsyncDropsACancel, AsyncHoldsLoop,
-                        AsyncIgnoresCancel, AsyncNap, AsyncStuck, Counted)
+from threadjobs import (AsyncBlocksLoop, AsyncBlocksThenOpens, AsyncCounted, AsyncDropsACancel,
+                        AsyncGateWait, AsyncHoldsLoop, AsyncIgnoresCancel, AsyncNap, AsyncStuck,
+                        Counted)
 
 from ctlrun import ctl
 from harness import counts, wait_for, zjobs
@@ -171,4 +172,19 @@ def test_async_jobs_waiting_on_a_blocked_loop_are_counted_and_shown(daemon, prod
     # And once the loop is free they all run, once each
     jobs.open_gate(r, "loop")
     wait_for(lambda: all(done(r).get(j) == 1 for j in [holder, *waiting]), 10, what="all done")
+    assert d.stop() == 0
+
+
+def test_async_jobs_that_only_waited_on_a_held_loop_are_not_charged(daemon, producer, r):
+    # Given one process of 6 lanes running 4 async jobs of 2 s limits, each awaiting a gate
+    d = daemon(concurrency=1, threads=6, require=JOBS)
+    waiters = AsyncGateWait.perform_bulk([["held"]] * 4)
+    wait_for(lambda: all(j in runs(r) for j in waiters), 10, what="4 jobs awaiting")
+    # When a job without a limit blocks their event loop 4 s, then opens their gate
+    holder = AsyncBlocksThenOpens.perform_async(4, "held")
+    # Then they end as the loop comes back, none cancelled: they could not run for those 4 s
+    # (rt2 finding 4: each got JobTimeout, the blocker nothing)
+    wait_for(lambda: all(done(r).get(j) == 1 for j in [*waiters, holder]), 20,
+             what="all done")
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
     assert d.stop() == 0
