@@ -166,7 +166,9 @@ def guard_client(r: Any) -> Any:
     leak that connection. Returns ``r``."""
     if getattr(r, "_queued_guarded", False):
         return r
-    command, make_pipeline = r.execute_command, r.pipeline
+    command, make_pipeline = getattr(r, "execute_command", None), getattr(r, "pipeline", None)
+    if command is None or make_pipeline is None:  # (an application's client of another kind)
+        return r
 
     def execute_command(*args: Any, **options: Any) -> Any:
         with OUTSIDE_JOB:
@@ -178,7 +180,10 @@ def guard_client(r: Any) -> Any:
             setattr(pipe, name, _guarded(getattr(pipe, name)))
         return pipe
 
-    r.execute_command, r.pipeline, r._queued_guarded = execute_command, pipeline, True
+    try:
+        r.execute_command, r.pipeline, r._queued_guarded = execute_command, pipeline, True
+    except (AttributeError, TypeError):  # (one whose attributes are fixed: left as it is)
+        pass
     return r
 
 

@@ -230,3 +230,32 @@ def wait_until(check, seconds=10.0):
     while not check():
         assert time.monotonic() < deadline
         time.sleep(0.005)
+
+
+def test_a_limit_due_inside_a_redis_command_is_raised_at_the_next_commands_entry(r):
+    import redis as redis_lib
+    from queued import safepoints
+    from queued.server.timeout import LaneTimer
+    # Given a guarded client (as get_redis()'s in a worker of many jobs) and this thread
+    # guarded by its lane's timer, its 0.01 s limit past while it is inside a command
+    kw = r.connection_pool.connection_kwargs
+    client = safepoints.guard_client(redis_lib.Redis(host=kw["host"], port=kw["port"]))
+    timer = LaneTimer()
+    safepoints.register(timer)
+    try:
+        with pytest.raises(JobTimeout) as raised:
+            with timer(0.01, "Guarded (jid g)"):
+                client.set("g", "1")
+                while time.monotonic() < timer.deadline:
+                    pass
+                timer.enter()  # (inside the command: the watchdog's raise is put off)
+                assert timer.expire(time.monotonic()) is False and timer.deferred
+                timer.leave()
+                client.get("g")  # raised here, before a connection is taken
+                raise AssertionError("not raised")
+        # Then it was the JobTimeout, and no connection was left taken from the pool
+        assert str(raised.value) == "Guarded (jid g) exceeded its 0.01s timeout"
+        assert not client.connection_pool._in_use_connections
+        assert client.get("g") == b"1"
+    finally:
+        safepoints.register(None)
