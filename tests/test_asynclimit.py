@@ -4,6 +4,7 @@ the loop itself is not excused; a cancel lost is made again (rt2 finding 1)."""
 import asyncio
 import time
 
+from queued.errors import JobTimeout
 from queued.server.asynclimit import AsyncLimit
 
 
@@ -17,6 +18,8 @@ async def limited(seconds: float, body, every: float = 0.05) -> tuple[str, float
         return "done", time.monotonic() - t0
     except asyncio.CancelledError:
         return ("cancelled" if limit.expired else "cancelled by another"), time.monotonic() - t0
+    except JobTimeout as e:
+        return f"JobTimeout: {e}", time.monotonic() - t0
     finally:
         limit.close()
 
@@ -50,13 +53,15 @@ def test_a_job_that_holds_the_loop_itself_is_cancelled_at_its_limit():
     assert outcome == "cancelled" and 0.4 <= elapsed < 0.6
 
 
-def test_a_lost_cancel_is_made_again():
-    async def loses_one():
-        try:
-            await asyncio.sleep(5)
-        except asyncio.CancelledError:
-            pass  # (as redis-py's send does when a cancel races a write)
-        await asyncio.sleep(5)
+def test_a_job_that_loses_every_cancel_gets_a_jobtimeout_at_its_next_step():
+    async def loses_them_all():
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                pass  # (as asyncio.wait_for does when what it wraps finished meanwhile)
 
-    outcome, elapsed = asyncio.run(limited(0.2, loses_one, every=0.1))
-    assert outcome == "cancelled" and elapsed < 1.0
+    # (cancelled at 0.2 s, then a JobTimeout at its step after 0.1 s more)
+    outcome, elapsed = asyncio.run(limited(0.2, loses_them_all, every=0.1))
+    assert outcome == "JobTimeout: job exceeded its 0.2s timeout and was cancelled"
+    assert 0.3 <= elapsed < 0.6

@@ -140,7 +140,8 @@ class AsyncDropsACancel(queued.Job):
 
 
 class AsyncIgnoresCancel(queued.Job):
-    """An async job that swallows every cancellation and awaits on (careless code)."""
+    """An async job that swallows every cancellation and JobTimeout and awaits on (careless
+    code)."""
     queued_options = {"timeout": 0.5, "retry": 0}
 
     async def perform(self, seconds=60):
@@ -149,7 +150,7 @@ class AsyncIgnoresCancel(queued.Job):
         while time.monotonic() < end:
             try:
                 await asyncio.sleep(0.05)  # (awaits here)
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, queued.JobTimeout):
                 pass
 
 

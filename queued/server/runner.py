@@ -31,7 +31,7 @@ from typing import Callable, NamedTuple
 from .. import activejob, ops, tracking
 from . import log as logsetup
 from .. import payload as codec
-from ..errors import JobTimeout, PayloadError, UnknownJobClass
+from ..errors import PayloadError, UnknownJobClass
 from .fetch import Reservation
 from ..job import registry
 from ..middleware import server_middleware
@@ -232,7 +232,8 @@ class Runner:
         start = time.monotonic()
         job, error = None, None
         # (cancelled at its limit and again until it ends: asynclimit.py)
-        limit = AsyncLimit(run.timeout, self.recancel) if run.timeout else None
+        limit = (AsyncLimit(run.timeout, self.recancel, f"{msg['class']} (jid {msg['jid']})")
+                 if run.timeout else None)
         try:
             job = self._instance(run)
             work = server_middleware.invoke_async(job, msg, res.queue,
@@ -244,8 +245,7 @@ class Runner:
         except BaseException as e:  # noqa: BLE001 - as run()
             error = _given_back(e)
             if limit is not None and limit.expired and isinstance(e, asyncio.CancelledError):
-                error = JobTimeout(f"{msg['class']} (jid {msg['jid']}) exceeded its "
-                                   f"{run.timeout:g}s timeout and was cancelled")
+                error = limit.error()
                 error.__traceback__ = e.__traceback__
         finally:
             if limit is not None:
