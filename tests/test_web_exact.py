@@ -202,6 +202,10 @@ def test_without_the_question_s_count_both_sets_are_copied_before_either_is_walk
     done = post(client, f"/tasks/{task.id}", action="retry_errors")
     assert flash_of(done.text) == (f"retried 5 jobs of task {task.id} now (3 from Retries, 2 "
                                    f"from Dead)")
+    # Each was retried once: the 3 buried by their retry stay dead, the 2 dead at the click wait
+    assert sorted(json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)) == \
+        sorted(jids[4:])
+    assert r.zcard("dead") == 3
 
 
 # --- 12. a process named "*" ---------------------------------------------------------------------
