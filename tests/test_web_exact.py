@@ -323,6 +323,11 @@ def test_queuedctl_cron_names_each_schedule_by_its_key(r, redis_url):
     assert proc.returncode == 0 and proc.stdout.startswith('periodic job "\\xff\\xfe" disabled')
     assert r.hget(b"cron_job:\xff\xfe", "status") == b"disabled"
     assert r.hget(b"cron_job:plain", "status") == b"enabled"
+    # "plain" is the key cron_job:plain, not cron_job:keyA whose name field is "plain"
+    proc = ctl("cron", "disable", "plain", url=redis_url)
+    assert proc.returncode == 0
+    assert r.hget(b"cron_job:plain", "status") == b"disabled"
+    assert r.hget(b"cron_job:keyA", "status") == b"enabled"
 
 
 def test_a_tasks_errors_all_dead_are_retried_by_the_counted_answer(producer, client, r):
