@@ -53,14 +53,19 @@ class Sleeper:
 @pytest.fixture
 def waker(r):
     w = Waker(r, K, QUEUES, Watch(2), horizon=5.0)
-    # Which keys' invalidation messages it has read (read_through waits on this)
+    # Which keys' invalidation messages it has read (read_through waits on this), and for each
+    # message the queues it made pending and what _message said (news or not)
     w.keys_read = []
+    w.marked = []
     real = w._message
 
     def reading(msg, now):
+        before = set(w.pending)
+        got = real(msg, now)
         if isinstance(msg, list) and len(msg) == 3 and isinstance(msg[2], list):
             w.keys_read.extend(msg[2])
-        return real(msg, now)
+            w.marked.append((msg[2], set(w.pending) - before, got))
+        return got
     w._message = reading
     yield w
     w.close()
@@ -134,9 +139,16 @@ def test_keys_of_other_queues_and_other_prefixes_are_ignored(r, redis_url, waker
     sleeper = Sleeper(redis_url, waker.watch, 0, "a")
     assert settle(waker, lambda: sleeper.blocked(r))
     sleeper.announce(waker)
+    assert settle(waker, lambda: waker.pending == {})  # (the announce's wake round)
+    waker.marked.clear()
     r.lpush(K.queue("not-served"), b"job")
     r.lpush("queues-like-key", b"x")
     read_through(waker, r)
+    # Then no message made a queue pending or counted as news (a key looked at and found
+    # empty would leave pending empty too, after a wake round)
+    assert K.queue("not-served").encode() in [k for keys, _, _ in waker.marked for k in keys]
+    assert [(added, got) for _, added, got in waker.marked] == [(set(), False)] * len(
+        waker.marked)
     assert sleeper.blocked(r) and waker.pending == {}
     r.lpush(K.queue("a"), b"end")
     assert sleeper.woken()
