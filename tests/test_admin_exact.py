@@ -213,7 +213,7 @@ def script_calls(r) -> int:
     return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "eval"))
 
 
-def test_find_with_a_short_jid_reads_a_queue_once(r, redis_url):
+def test_find_with_a_short_jid_reads_a_queue_once(r, redis_url, monkeypatch):
     # Given a queue of 3,000 jobs whose jids, arguments and classes all contain "a"
     r.sadd("queues", "bigq")
     r.lpush("queue:bigq", *[json.dumps({"class": "Report", "queue": "bigq", "args": ["a", i],
@@ -223,10 +223,19 @@ def test_find_with_a_short_jid_reads_a_queue_once(r, redis_url):
     find_mod.locate(admin, "0123456789abcdef01234567")  # (the script loaded: EVALSHA from now)
     # When a short (mistyped) jid is looked for
     r.config_resetstat()
+    replies = []
+    real = find_mod.FIND_IN_LIST
+
+    def spy(*args, **kwargs):
+        replies.append(real(*args, **kwargs))
+        return replies[-1]
+    monkeypatch.setattr(find_mod, "FIND_IN_LIST", spy)
     places = find_mod.locate(admin, "a")
     # Then it is found nowhere (no job's jid is "a"), after one read of the queue: one script
-    # call per 10,000 jobs, not one per job containing the text
+    # call per 10,000 jobs, not one per job containing the text, and the script sends back no
+    # element (the jobs holding "a" in their arguments are passed over inside Redis)
     assert places == [] and script_calls(r) == 1
+    assert replies == [[-1, 3000]]
     # And an exact jid is found at its place
     r.config_resetstat()
     (place,) = find_mod.locate(admin, f"a{5:023x}")

@@ -7,7 +7,9 @@ from types import SimpleNamespace
 from queued import config
 from queued.keys import Keys
 from queued.server import giveback
+from queued.server import recovery
 from queued.server.giveback import HOLD_LIMIT, GiveBack, give_back
+from queued.server.running import Running
 from queued.server.slots import SlotTable, SlotWriter
 
 from conftest import FETCH_IDENTITY, job
@@ -20,7 +22,7 @@ def test_give_back_keeps_the_running_job_and_those_before_it(r, make_fetcher):
     f = make_fetcher()
     r.lpush("queue:default", *[job(i) for i in range(1, 6)])
     batch = f.reserve(5)
-    running = json.loads(batch[1].payload)["jid"]
+    running = Running(json.loads(batch[1].payload)["jid"], behind=3)
     assert give_back(r, K, FETCH_IDENTITY, CFG, 0, running) == 3
     # the later three are back, in their order, at the head (the right end: next to run)
     assert r.lrange("queue:default", 0, -1) == [job(5), job(4), job(3)]
@@ -78,3 +80,28 @@ def test_a_worker_looks_only_after_a_job_the_master_could_have_judged_slow(r, ma
     gb.flags[0] = 1
     assert not gb.revoked(0, w.started)
     assert gb.flags[0] == 1
+
+
+def test_a_running_job_sharing_its_jid_with_a_finished_one_is_never_given_back(r, make_fetcher):
+    # Given a batch: a finished job (its ack not sent yet) and the running one share a jid, and
+    # two more wait behind (rt2 finding 5: the finished one was kept, the running one put back,
+    # and it ran twice at once)
+    f = make_fetcher()
+    same = [json.dumps({"class": "Tagged", "args": [tag], "jid": "x" * 24}).encode()
+            for tag in ("finished", "running")]
+    r.lpush("queue:default", *same, job(3), job(4))
+    batch = f.reserve(4)
+    table = SlotTable(1)
+    w = SlotWriter(table, 0, 4242)
+    gb = GiveBack(1)
+    w.begin("x" * 24, "default", "Tagged", None, held=2)
+    # When the running one has run past the hold limit
+    time.sleep(HOLD_LIMIT)
+    gb.step(r, K, FETCH_IDENTITY, CFG, table, {0: 4242})
+    # Then only the two behind it went back; it and the finished one stay reserved
+    assert r.lrange("queue:default", 0, -1) == [job(4), job(3)]
+    assert r.zrange(K.reserved(FETCH_IDENTITY, 0), 0, -1) == [b.member for b in batch[:2]]
+    # And the master still finds the running one, though its record counts two behind it
+    running = Running.of(table.read(0))
+    assert running == Running("x" * 24, behind=2)
+    assert recovery.current_job(r, K, FETCH_IDENTITY, 0, ["default"], running) == batch[1]

@@ -14,6 +14,7 @@ from queued import config
 from queued.server import children as children_mod, master as master_mod
 from queued.server.children import WorkerRecord
 from queued.server.master import Master
+from queued.server.running import Running
 from queued.server.slots import SlotWriter
 
 
@@ -107,7 +108,7 @@ def test_a_worker_that_exits_while_busy_crashed_whatever_its_status(
     ended = m.children.exited(m.workers.pop(333), _status(code))
     # Then an exit in the middle of a job is a crash (charged to the job), a plain exit 0
     # between jobs is not
-    assert ended == (1, code, reason, ("c" * 24,) if busy else (), {}, False)
+    assert ended == (1, code, reason, (Running("c" * 24),) if busy else (), {}, False)
 
 
 def _status(code: int) -> int:

@@ -15,6 +15,7 @@ import redis as redis_lib
 
 from queued.server import recovery
 from queued.server.fetch import GONE, WRITTEN
+from queued.server.running import Running, token_of
 from queued.keys import Keys
 
 from conftest import FETCH_IDENTITY, job
@@ -264,16 +265,16 @@ def test_an_unreadable_registration_is_left_alone_with_an_error(r, make_fetcher,
     assert len(errors) == 1 and OTHER in errors[0].getMessage()
 
 
-def test_current_job_by_jid_is_the_running_one_not_the_earliest(r, make_fetcher):
+def test_current_job_is_the_running_one_not_the_earliest(r, make_fetcher):
     # Given a batch of three reserved jobs; the first finished but its ack has not gone out
     f = make_fetcher()
     r.lpush("queue:default", job(1), job(2), job(3))
     first, running, _ = f.reserve(3)
-    # When the master asks for the job the slot table names
-    cur = recovery.current_job(r, K, ME, 0, ["default"], jid=f"{2:024x}")
+    # When the master asks for the job the slot table names (one job of the batch behind it)
+    cur = recovery.current_job(r, K, ME, 0, ["default"], Running(f"{2:024x}", behind=1))
     # Then it gets that job; a jid the slot does not hold gives None
     assert cur == running
-    assert recovery.current_job(r, K, ME, 0, ["default"], jid="f" * 24) is None
+    assert recovery.current_job(r, K, ME, 0, ["default"], Running("f" * 24, behind=1)) is None
     assert recovery.current_job(r, K, ME, 0, ["default"]) == first
 
 
@@ -284,8 +285,73 @@ def test_current_job_matches_a_long_jid_as_the_slot_table_stores_it(r, make_fetc
     raw = json.dumps({"class": "X", "args": [], "jid": long_jid}).encode()
     r.lpush("queue:default", b"not json", raw)
     f.reserve(2)
-    cur = recovery.current_job(r, K, ME, 0, ["default"], jid=stored_jid(long_jid))
+    cur = recovery.current_job(r, K, ME, 0, ["default"], Running(stored_jid(long_jid)))
     assert cur is not None and cur.payload == raw
+
+
+def same_jid(jid: str, tag: str) -> bytes:
+    return json.dumps({"class": "Tagged", "args": [tag], "jid": jid, "queue": "default",
+                       "retry": 3}).encode()
+
+
+def test_a_batchs_running_job_is_found_by_its_place_not_by_its_jid(r, make_fetcher):
+    # Given a batch whose finished first job and running second job share one jid, with two
+    # more reserved behind the running one (rt2 finding 5: users give jobs fixed jids)
+    f = make_fetcher()
+    r.lpush("queue:default", same_jid("x" * 24, "finished"), same_jid("x" * 24, "running"),
+            job(3), job(4))
+    finished, running, *_ = f.reserve(4)
+    # When the master looks for the job the slot record names
+    cur = recovery.current_job(r, K, ME, 0, ["default"], Running("x" * 24, behind=2))
+    # Then it is the running one, not the first of that jid
+    assert cur == running and cur != finished
+
+
+def test_a_lanes_job_is_found_by_its_reservation_token_not_by_its_jid(r, make_fetcher):
+    # Given two jobs of one jid reserved at once (two lanes of a worker of many jobs)
+    f = make_fetcher()
+    r.lpush("queue:default", same_jid("x" * 24, "one"), same_jid("x" * 24, "two"))
+    one, two = f.reserve(2)
+    # When the master looks for each by the token its lane's record carries
+    found = [recovery.current_job(r, K, ME, 0, ["default"],
+                                  Running("x" * 24, token_of(res.member).decode()))
+             for res in (two, one)]
+    # Then each is its own
+    assert found == [two, one]
+
+
+def test_a_timeout_kill_charges_the_job_past_its_limit_not_another_of_its_jid(r, make_fetcher):
+    # Given two lanes running jobs of one jid: an innocent one, and a culprit the master
+    # killed the worker for (rt2 finding 5: the innocent was charged, the culprit went back)
+    f = make_fetcher()
+    r.lpush("queue:default", same_jid("x" * 24, "innocent"), same_jid("x" * 24, "culprit"))
+    innocent, culprit = f.reserve(2)
+    jobs = [Running("x" * 24, token_of(res.member).decode()) for res in (innocent, culprit)]
+    # When the slot is settled after the kill
+    settled = recovery.settle(r, K, ME, _cfg(), 0, code=-9, reason="timeout", running=jobs,
+                              culprits={jobs[1]: recovery.Charge(1.0)})
+    # Then the culprit took the failure path, and the innocent went back as it was
+    (entry,) = [json.loads(m) for m in r.zrange("retry", 0, -1)]
+    assert entry["args"] == ["culprit"] and entry["error_class"] == "JobTimeout"
+    assert r.lrange("queue:default", 0, -1) == [innocent.payload]
+    assert (settled.moved, settled.failed) == (1, 1)
+
+
+def test_a_job_without_a_limit_that_held_the_event_loop_is_charged_with_that(r, make_fetcher):
+    # Given an async job with no time limit that held its worker's event loop 3.2 s, past the
+    # limits of the jobs waiting on it, and the master killed the worker for it
+    f = make_fetcher()
+    r.lpush("queue:default", same_jid("b" * 24, "blocker"))
+    (blocker,) = f.reserve(1)
+    job = Running("b" * 24, token_of(blocker.member).decode())
+    recovery.settle(r, K, ME, _cfg(), 0, code=-9, reason="timeout", running=[job],
+                    culprits={job: recovery.Charge(0.0, blocked=3.2)})
+    # Then its failure says what it did (rt2 finding 7: "ran past its 0s timeout")
+    (entry,) = [json.loads(m) for m in r.zrange("retry", 0, -1)]
+    assert entry["error_class"] == "JobTimeout"
+    assert entry["error_message"] == (
+        "Tagged blocked its worker's event loop for 3.2s (an async job must await, never "
+        "block), past the time limits of the async jobs waiting on it; its worker was killed")
 
 
 class _StaleLeaseView:

@@ -329,3 +329,17 @@ def test_a_threaded_slot_has_its_process_record_and_one_per_lane():
     # a worker of one job at a time in the same table writes record 0 as before
     SlotWriter(t, 0, 77).begin("b" * 24, "q", "X", None, held=3)
     assert (t.read(0).busy, t.read(0).held) == (True, 3)
+
+
+def test_busy_count_reads_the_state_of_every_record_without_unpacking_them():
+    # Given a table of 3 slots of 1,000 lanes: a lane of slot 1 and the lane and the process
+    # record of slot 2 busy (the master's idle tick counts these: rt2 finding 8)
+    table = SlotTable(3, lanes=1000)
+    slots.LaneWriter(table, 1, 11, 7).begin("j1", "q", "C", None, 0, b"q\0tok\0{}")
+    slots.LaneWriter(table, 2, 12, 1000).begin("j2", "q", "C", None, 0, b"q\0tok2\0{}")
+    SlotWriter(table, 2, 12, 0).begin("j3", "q", "C", None)
+    # Then the counts are those of the records read whole, per slot and in all
+    assert [table.busy_count(s) for s in range(3)] == [0, 1, 2]
+    assert table.busy_count() == 3 == sum(v.busy for v in table.views())
+    # And a lane's record names its reservation's token
+    assert table.read(1, record=7).token == "tok"

@@ -85,6 +85,9 @@ def test_a_unique_for_past_ten_years_is_refused_at_the_call(producer, r, huge):
     assert NotUnique.set(unique_for=315360000).perform_async(1) is not None
     assert NotUnique.set(unique_for=60).perform_at(1e300, 2) is not None
     assert r.zcard("schedule") == 1 and len(r.keys("queued:unique:*")) == 2
+    # capped at twice ten years (unique.lock_of), not its delay of ~1e300 seconds
+    ttl = r.pttl(K.unique(unique.digest({"class": "NotUnique", "queue": "default", "args": [2]})))
+    assert 2 * 315360000 * 1000 - 60_000 < ttl <= 2 * 315360000 * 1000
 
 
 def test_a_foreign_payloads_huge_unique_for_reads_as_ten_years():

@@ -53,14 +53,19 @@ class Sleeper:
 @pytest.fixture
 def waker(r):
     w = Waker(r, K, QUEUES, Watch(2), horizon=5.0)
-    # Which keys' invalidation messages it has read (read_through waits on this)
+    # Which keys' invalidation messages it has read (read_through waits on this), and for each
+    # message the queues it made pending and what _message said (news or not)
     w.keys_read = []
+    w.marked = []
     real = w._message
 
     def reading(msg, now):
+        before = set(w.pending)
+        got = real(msg, now)
         if isinstance(msg, list) and len(msg) == 3 and isinstance(msg[2], list):
             w.keys_read.extend(msg[2])
-        return real(msg, now)
+            w.marked.append((msg[2], set(w.pending) - before, got))
+        return got
     w._message = reading
     yield w
     w.close()
@@ -92,6 +97,9 @@ def test_a_push_to_an_unwatched_queue_wakes_a_blocked_worker(r, redis_url, waker
     sleeper = Sleeper(redis_url, waker.watch, 0, "a")
     assert settle(waker, lambda: sleeper.blocked(r))
     sleeper.announce(waker)
+    # (the wake round the announce starts finds b and c empty: nothing is pending before the
+    # push, so the wake below comes from the push's own message)
+    assert settle(waker, lambda: waker.pending == {})
     # When a job is pushed to queue b, which nobody waits on
     r.lpush(K.queue("b"), b"job")
     # Then the master's step wakes the worker blocked on a: its BLMOVE returns nil at once
@@ -131,9 +139,16 @@ def test_keys_of_other_queues_and_other_prefixes_are_ignored(r, redis_url, waker
     sleeper = Sleeper(redis_url, waker.watch, 0, "a")
     assert settle(waker, lambda: sleeper.blocked(r))
     sleeper.announce(waker)
+    assert settle(waker, lambda: waker.pending == {})  # (the announce's wake round)
+    waker.marked.clear()
     r.lpush(K.queue("not-served"), b"job")
     r.lpush("queues-like-key", b"x")
     read_through(waker, r)
+    # Then no message made a queue pending or counted as news (a key looked at and found
+    # empty would leave pending empty too, after a wake round)
+    assert K.queue("not-served").encode() in [k for keys, _, _ in waker.marked for k in keys]
+    assert [(added, got) for _, added, got in waker.marked] == [(set(), False)] * len(
+        waker.marked)
     assert sleeper.blocked(r) and waker.pending == {}
     r.lpush(K.queue("a"), b"end")
     assert sleeper.woken()
@@ -142,9 +157,11 @@ def test_keys_of_other_queues_and_other_prefixes_are_ignored(r, redis_url, waker
 def test_a_worker_that_blocks_after_the_push_is_woken_when_it_says_so(r, redis_url, waker):
     # Given a push to b, read by the waker while no worker is blocked (both busy)
     waker.step()
-    r.lpush(K.queue("b"), b"job")
-    read_through(waker, r)  # (pending was not empty before: set up, it looks at every queue)
-    assert QUEUES.index("b") in waker.pending
+    read_through(waker, r)
+    waker.pending.clear()  # (set up, it looks at every queue: forget that, so b is pending
+    r.lpush(K.queue("b"), b"job")  # only if the push's message made it so)
+    read_through(waker, r)
+    assert set(waker.pending) == {QUEUES.index("b")}
     # When a worker blocks on a afterwards and says so through the idle pipe
     sleeper = Sleeper(redis_url, waker.watch, 1, "a")
     assert settle(waker, lambda: sleeper.blocked(r))

@@ -214,6 +214,10 @@ def test_without_the_question_s_count_both_sets_are_copied_before_either_is_walk
     done = post(client, f"/tasks/{task.id}", action="retry_errors")
     assert flash_of(done.text) == (f"retried 5 jobs of task {task.id} now (3 from Retries, 2 "
                                    f"from Dead)")
+    # Each was retried once: the 3 buried by their retry stay dead, the 2 dead at the click wait
+    assert sorted(json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)) == \
+        sorted(jids[4:])
+    assert r.zcard("dead") == 3
 
 
 # --- 12. a process named "*" ---------------------------------------------------------------------
@@ -331,6 +335,11 @@ def test_queuedctl_cron_names_each_schedule_by_its_key(r, redis_url):
     assert proc.returncode == 0 and proc.stdout.startswith('periodic job "\\xff\\xfe" disabled')
     assert r.hget(b"cron_job:\xff\xfe", "status") == b"disabled"
     assert r.hget(b"cron_job:plain", "status") == b"enabled"
+    # "plain" is the key cron_job:plain, not cron_job:keyA whose name field is "plain"
+    proc = ctl("cron", "disable", "plain", url=redis_url)
+    assert proc.returncode == 0
+    assert r.hget(b"cron_job:plain", "status") == b"disabled"
+    assert r.hget(b"cron_job:keyA", "status") == b"enabled"
 
 
 def test_a_tasks_errors_all_dead_are_retried_by_the_counted_answer(producer, client, r):

@@ -128,6 +128,71 @@ class AsyncStuck(queued.Job):
             await r.rpush(CLEANUP, self.jid)
 
 
+class AsyncDropsACancel(queued.Job):
+    """An async job that loses the first cancellation of its limit, as a redis-py command does
+    when the cancel races its write (rt2 finding 1), then awaits on: only a second cancel
+    ends it."""
+    queued_options = {"timeout": 0.5, "retry": 0}
+
+    async def perform(self, seconds=60):
+        r = queued.get_async_redis()
+        await r.hincrby(RUNS, self.jid, 1)
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            await r.rpush(CLEANUP, f"{self.jid} dropped")
+        await asyncio.sleep(seconds)
+
+
+class AsyncIgnoresCancel(queued.Job):
+    """An async job that swallows every cancellation and JobTimeout and awaits on (careless
+    code)."""
+    queued_options = {"timeout": 0.5, "retry": 0}
+
+    async def perform(self, seconds=60):
+        _start(self)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                await asyncio.sleep(0.05)  # (awaits here)
+            except (asyncio.CancelledError, queued.JobTimeout):
+                pass
+
+
+class AsyncHoldsLoop(queued.Job):
+    """An async job without a time limit that blocks its event loop until the gate ``tag``
+    opens (sync calls in async def): the async jobs handed to the loop meanwhile wait."""
+
+    async def perform(self, tag):
+        _start(self)
+        while not _r().exists(GATE + tag):
+            time.sleep(0.01)
+        _finish(self)
+
+
+class AsyncGateWait(queued.Job):
+    """An async job that awaits (polling) until the gate ``tag`` opens: it runs little itself."""
+    queued_options = {"timeout": 2, "retry": 3}
+
+    async def perform(self, tag):
+        r = queued.get_async_redis()
+        await r.hincrby(RUNS, self.jid, 1)
+        while not await r.exists(GATE + tag):
+            await asyncio.sleep(0.01)
+        await r.hincrby(DONE, self.jid, 1)
+
+
+class AsyncBlocksThenOpens(queued.Job):
+    """An async job without a time limit that blocks its event loop ``seconds`` (time.sleep
+    in async def), then opens the gate ``tag``."""
+
+    async def perform(self, seconds, tag):
+        _start(self)
+        time.sleep(seconds)
+        _r().set(GATE + tag, 1)
+        _finish(self)
+
+
 class AsyncBlocksLoop(queued.Job):
     """An async job that blocks its event loop (time.sleep in async def): every other async
     job of the process waits on it."""

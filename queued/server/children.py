@@ -26,6 +26,7 @@ from typing import Callable, NamedTuple
 
 from .. import events
 from . import recovery
+from .running import Running
 from ..errors import WORKER_BOOT_ERROR
 from .slots import SlotTable, Watch, slot_count
 from .worker import Worker
@@ -66,16 +67,17 @@ class WorkerRecord:
         self.stop_by: float | None = None     # asked to stop (TERM); killed if still here then
         self.kill_reason: str | None = None   # "timeout", "shutdown", "silent", "replaced"
         self.kill_at: float | None = None     # when the SIGKILL goes (after its stack dump)
-        #: jid -> time limit of each job whose timeout made the master kill it
-        self.culprits: dict[str, float] | None = None
+        #: each job whose timeout made the master kill it (running.py) -> its charge
+        self.culprits: dict[Running, recovery.Charge] | None = None
 
 
 class Exit(NamedTuple):
     slot: int
     code: int            # os.waitstatus_to_exitcode
     reason: str          # "exit", "crash", or the master's kill reason
-    running: tuple       # jids of the jobs it ran (none between jobs), as the table stores them
-    culprits: dict       # for a timeout kill: jid -> time limit of the jobs past it
+    running: tuple       # the jobs it ran (running.Running, as its records name them; none
+                         # between jobs)
+    culprits: dict       # for a timeout kill: Running -> recovery.Charge of the jobs past it
     lanes: bool = False  # a worker of many jobs at once (its culprits ignored a JobTimeout)
 
     def describe(self) -> str:
@@ -198,7 +200,7 @@ class Children:
         # the job's (counted and bounded by max_crashes), not a reason to back off. Backing
         # off here let a few poison pills stall a slot for up to SPAWN_BACKOFF_MAX.
         views = self.table.slot_views(rec.slot, writer_alive=False)
-        busy = tuple(v.jid for v in views if v.busy)
+        busy = tuple(Running.of(v) for v in views if v.busy)
         ran_jobs = bool(busy) or sum(v.processed for v in views) > rec.processed_at_spawn
         if code == WORKER_BOOT_ERROR or (code != 0 and lived < BOOT_GRACE and not rec.kill_reason
                                          and not ran_jobs):
@@ -247,7 +249,9 @@ class Children:
                 continue
             if rec.kill_reason:
                 continue
-            views = self.table.slot_views(rec.slot)
+            # (only a slot with a busy record is read whole: an idle one's own record tells)
+            views = (self.table.slot_views(rec.slot) if self.table.busy_count(rec.slot)
+                     else [self.table.read(rec.slot)])
             v = views[0]
             late = [j for j in views if j.busy and j.timeout
                     and now - j.started > j.timeout + self.config.timeout_grace]
@@ -279,13 +283,20 @@ class Children:
         that one, which alone is charged. The others running are bystanders: they go back."""
         blocker = views[0].jid if len(views) > 1 and not views[0].busy else ""
         stuck = [j for j in views[1:] if j.busy and j.jid == blocker] if blocker else []
+        lag = views[0].lag if stuck else 0.0
         if stuck:
             late = stuck
         rec.kill_reason = "timeout"
-        rec.culprits = {j.jid: j.timeout for j in late}
+        rec.culprits = {Running.of(j): recovery.Charge(j.timeout, lag) for j in late}
         rec.kill_at = now + STACK_WAIT
-        others = [j for j in views if j.busy and j.jid not in rec.culprits]
+        others = [j for j in views if j.busy and Running.of(j) not in rec.culprits]
         for j in late:
+            if stuck and not j.timeout:  # (no limit of its own: rt2 finding 7)
+                log.error("worker %d pid=%d: %s jid=%s has blocked the event loop for %.1fs, "
+                          "past the time limits + %gs grace of the async jobs waiting on it; "
+                          "asking it for its stack, then killing it", rec.slot, rec.pid,
+                          j.job_class, j.jid, lag, self.config.timeout_grace)
+                continue
             log.error("worker %d pid=%d: %s jid=%s ran %.1fs, past its %gs timeout + %gs "
                       "grace; asking it for its stack, then killing it", rec.slot, rec.pid,
                       j.job_class, j.jid, now - j.started, j.timeout,

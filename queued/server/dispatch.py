@@ -33,8 +33,9 @@ import time
 
 import redis
 
-from .. import events
+from .. import client, events, safepoints
 from . import log as logsetup
+from . import recovery
 from .fetch import Fetcher
 from .pool import Pool
 from .runner import ASYNC, NO_TITLE, SOLO, Lane, Runner
@@ -49,6 +50,10 @@ log = logging.getLogger("queued.worker")
 #: Longest the dispatcher waits without looking around (ticks its record, notices a dead
 #: parent) (seconds).
 TICK = 1.0
+#: How long a job that must run alone (a suspect) waits while fresh jobs still start beside
+#: the running ones; then nothing more starts until the lanes are free and it has run
+#: (seconds).
+SOLO_PATIENCE = 1.0
 
 
 class Dispatcher:
@@ -59,6 +64,10 @@ class Dispatcher:
         self.inbox: queue.SimpleQueue = w.inbox
         self.ends = SharedEnds(cfg.redis_url, w.keys, w.identity, w.slot,
                                cfg.dead_timeout_in_seconds, cfg.dead_max_jobs)
+        # job code reaches these clients (say(), touch(), get_redis()): a command of theirs is
+        # never cut by a JobTimeout (a connection taken from the pool and not given back)
+        safepoints.guard_client(self.ends.r)
+        safepoints.guard_client(client.get_redis())
         # the master's own record of this worker (record 0): only this thread writes it
         self.header = Lane(0, w.writer, NO_TITLE, job_timeout)
         self.runner = Runner(cfg, w.keys, w.identity, w.slot, self.ends, self.header, w.notes,
@@ -71,6 +80,8 @@ class Dispatcher:
         self.blocker = Blocker(self._blocking_fetcher(), w, self.inbox)
         self.landing = fetcher.block_queue  # the queue the blocker last waited on
         self.solos: list = []   # (res, msg) reserved, to run alone once the lanes are free
+        self.solo_since = 0.0   # when the first of them was reserved (monotonic)
+        self.solo_drain = False  # take nothing more until it has run (see _must_wait)
         self.extra: list = []   # reserved beyond the free lanes (an adopted lost reply)
         self.recycler = w.recycler
         self.alone: int | None = None  # the lane of a job running alone
@@ -111,12 +122,13 @@ class Dispatcher:
             self._flush()
             self._wait(TICK)
             return
-        if self.solos:
+        if self.solos and not self.pool.busy:
             # (the acks of the jobs before go out first, and are applied: a suspect may well
             # kill this process, and they must not run again for it)
             self._take_ends()
             self.fetcher.flush()
             self._run_solo(*self.solos.pop(0))
+            self.solo_since, self.solo_drain = time.monotonic(), bool(self.solos)
             return
         if self.extra:
             extra, self.extra = self.extra, []
@@ -142,29 +154,64 @@ class Dispatcher:
         self._wait(TICK)
 
     def _must_wait(self) -> bool:
-        """Reserve nothing now: a job runs alone; or jobs wait to run alone until the lanes
-        are free; or a reserve reply was lost and the next must adopt, which needs the lanes
-        empty."""
-        return self.alone is not None or (
-            bool(self.solos or self.fetcher.lost_reply) and self.pool.busy > 0)
+        """Reserve nothing now: a job runs alone; or a job waits to run alone until the
+        lanes are free, and has waited SOLO_PATIENCE (fresh jobs start until then: rt2
+        finding 3, a suspect held three idle lanes for the 15 s of the job beside it) or
+        another came meanwhile; or a reserve reply was lost and the next must adopt, which
+        needs the lanes empty."""
+        if self.alone is not None:
+            return True
+        if not self.pool.busy:
+            return False
+        if self.solos:
+            return (self.solo_drain
+                    or time.monotonic() - self.solo_since >= SOLO_PATIENCE)
+        return bool(self.fetcher.lost_reply)
 
     def _start(self, jobs: list) -> None:
-        """Hand reserved jobs to free lanes, in order; those that must run alone wait for an
-        empty pool, those beyond the free lanes for the next free one."""
+        """Hand reserved jobs to free lanes, in order; one that must run alone waits for an
+        empty pool (one at a time: the others go back to the head of their queue, for another
+        process, or for this one once it has run its own), those beyond the free lanes for
+        the next free one."""
+        back: list = []
         for i, res in enumerate(jobs):
             if not self.pool.free:
                 self.extra = jobs[i:]
-                return
+                break
             msg = self.runner.parse(res, self.header)
             if msg is None:
                 continue
             kind = self.runner.kind(msg)
             if kind == SOLO:
+                if self.solos:
+                    back.append((res, msg))
+                    continue
                 self.solos.append((res, msg))
+                self.solo_since = time.monotonic()
             elif kind == ASYNC:
                 self.pool.run_async(self.pool.take(), res, msg)
             else:
                 self.pool.run_sync(self.pool.take(), res, msg)
+        if back:
+            self._give_back(back)
+
+    def _give_back(self, back: list) -> None:
+        """Jobs that must run alone, beyond the one this process holds, go back to the head
+        of their queue (rt2 finding 3: one process took 25 suspects in one fetch and ran them
+        one by one, 25 s, while another sat idle and the queue showed none), and this process
+        takes nothing more until its own has run (else it would take them again at once).
+        If that fails they stay here, to run alone in turn."""
+        self.solo_drain = True
+        cfg, w = self.w.config, self.w
+        try:
+            members = self.ends.r.zrange(w.keys.reserved(w.identity, w.slot), 0, -1)
+            going = {res.member for res, _ in back}
+            recovery.requeue_slot(self.ends.r, w.keys, w.identity, w.slot, cfg.queue_names,
+                                  keep=[m for m in members if m not in going])
+        except (redis.RedisError, OSError, recovery.Stuck) as e:
+            log.warning("worker %d: %d job(s) to run alone could not go back to their queue "
+                        "(%s); they run here, one at a time", w.slot, len(back), e)
+            self.solos.extend(back)
 
     def _run_solo(self, res, msg) -> None:
         """A job that must run alone, now that every lane is free: in this thread (SIGALRM is

@@ -23,6 +23,7 @@ import redis
 
 from . import recovery
 from .children import Exit
+from .running import Running
 from .slots import Notes, SlotTable, SlotWriter, Watch
 
 log = logging.getLogger("queued.master")
@@ -80,7 +81,8 @@ class Exits:
             # The dead worker never counted these jobs; count them for the stats (the slot
             # is free): in the records that name them
             for v in self.table.slot_views(slot, writer_alive=False):
-                if v.busy and failed and (v.jid in ended.culprits or len(ended.running) == 1):
+                if v.busy and failed and (Running.of(v) in ended.culprits
+                                          or len(ended.running) == 1):
                     failed -= 1
                     self.count_failure(v.job_class, v.queue)
                     SlotWriter(self.table, slot, 0, v.record).end(failed=True)
@@ -89,7 +91,7 @@ class Exits:
             self.notes.due("held", KEY_LOG_INTERVAL)  # (settle logged it just now)
         self.unrecovered.pop(slot, None)
         if ended.reason != "exit" or moved:
-            back = [j for j in ended.running if j not in ended.culprits]
+            back = [j.jid for j in ended.running if j not in ended.culprits]
             log.log(logging.INFO if ended.reason in ("exit", "shutdown", "replaced")
                     else logging.WARNING,
                     "worker %d %s (%s); %d job(s) put back at the head of their queues%s", slot,

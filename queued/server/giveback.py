@@ -33,9 +33,8 @@ import time
 import redis
 
 from . import recovery
-from .fetch import split_member
-from ..payload import jid_of
-from .slots import SlotTable, stored_jid
+from .running import Running, find
+from .slots import SlotTable
 
 log = logging.getLogger("queued.master")
 
@@ -113,7 +112,7 @@ class GiveBack:
             # Raised first: if the call below fails, or its reply is lost, the worker drops
             # its batch anyway, and its next reserve adopts whatever is still its own.
             self.flags[slot] = 1
-            moved = give_back(r, keys, identity, config, slot, v.jid)
+            moved = give_back(r, keys, identity, config, slot, Running.of(v))
         finally:
             fcntl.lockf(fd, fcntl.LOCK_UN, 1, slot)
         if moved:
@@ -122,20 +121,18 @@ class GiveBack:
                      v.job_class, v.jid, (time.monotonic() - v.started) * 1000, moved)
 
 
-def give_back(r: redis.Redis, keys, identity: str, config, slot: int, jid: str) -> int:
-    """Put back what a slot reserved after the job ``jid`` it runs (a later score: reserve.lua
-    scores a batch in the order it runs it); keep it, those before it (finished, their acks on
-    the way) and failures held (score -1). The number put back."""
+def give_back(r: redis.Redis, keys, identity: str, config, slot: int, job: Running) -> int:
+    """Put back what a slot reserved after the job it runs (``job``: its record's, running.py;
+    a later score: reserve.lua scores a batch in the order it runs it); keep it, those before
+    it (finished, their acks on the way) and failures held (score -1). The number put back.
+    The job is found by its place, not its jid: a finished copy of its jid sits before it,
+    and keeping that one put the running job back while it ran (rt2 finding 5)."""
     members = r.zrange(keys.reserved(identity, slot), 0, -1, withscores=True)
-    score = next((s for m, s in members if _jid(m) == jid), None)
-    if score is None:
+    member = find([m for m, _ in members], job)
+    if member is None:
         return 0
+    score = next(s for m, s in members if m == member)
     keep = [m for m, s in members if s <= score]
     if len(keep) == len(members):
         return 0
     return recovery.requeue_slot(r, keys, identity, slot, config.queue_names, keep=keep)
-
-
-def _jid(member: bytes) -> str | None:
-    found = jid_of(split_member(member)[1])
-    return stored_jid(found) if found is not None else None

@@ -29,8 +29,8 @@ from .. import __version__
 from . import recovery
 from ..keys import Keys
 from .log import pid_tag
-from ..payload import jid_of
-from .slots import SlotView, slot_count, stored_jid
+from .running import Running, find
+from .slots import SlotView, slot_count
 
 #: TTL of the process record and of the dated stat keys (Sidekiq's values).
 PROCESS_TTL = 60
@@ -61,11 +61,6 @@ def hangs(views: Sequence[SlotView], now: float) -> list[dict]:
             out.append({"worker": v.slot, "pid": v.pid, "thread": v.record, "jid": v.jid,
                         "class": v.job_class, "over": round(now - v.started - v.timeout, 1)})
     return out
-
-
-def _jid_of(payload: bytes) -> str | None:
-    jid = jid_of(payload)
-    return stored_jid(jid) if jid is not None else None
 
 
 class Heartbeat:
@@ -115,8 +110,9 @@ class Heartbeat:
 
     def _running(self, views: Sequence[SlotView]) -> dict[str, str]:
         """``<identity>:workers`` fields. The payload is the running job's own bytes, found
-        by the jid the slot table names (a batch's finished jobs are still reserved until
-        their ack goes out, so the earliest reservation is not always the running job)."""
+        as its slot record names it (running.py: not by its jid, which another reserved job
+        may share; a batch's finished jobs are still reserved until their ack goes out, so
+        the earliest reservation is not always the running job)."""
         busy = [v for v in views if v.busy]
         if not busy:
             return {}
@@ -125,9 +121,8 @@ class Heartbeat:
             pipe.zrange(self.keys.reserved(self.identity, v.slot), 0, -1)
         out = {}
         for v, members in zip(busy, pipe.execute()):
-            payloads = [m.split(b"\0", 2)[2] for m in members]
-            raw = next((p for p in payloads if _jid_of(p) == v.jid),
-                       payloads[0] if payloads else b"{}")
+            member = find(members, Running.of(v)) or (members[0] if members else None)
+            raw = member.split(b"\0", 2)[2] if member else b"{}"
             out[thread_tag(v.pid, v.record)] = json.dumps({
                 "queue": v.queue, "payload": raw.decode("utf-8", "replace"),
                 "run_at": int(v.started_at), "pid": v.pid,

@@ -268,6 +268,10 @@ def reopen() -> None:
                 h.release()
 
 
+#: Seconds direct_fd waits for the handler's lock before it writes without flushing first.
+FLUSH_PATIENCE = 0.2
+
+
 def direct_fd() -> tuple[int, Formatter] | None:
     """The file descriptor and formatter of queued's own handler when it is the only one (a
     line written there directly looks like any other); else None."""
@@ -275,10 +279,21 @@ def direct_fd() -> tuple[int, Formatter] | None:
     if handler is None:
         return None
     try:
-        handler.flush()
-        return handler.stream.fileno(), handler.formatter
+        fd = handler.stream.fileno()
     except (AttributeError, OSError, ValueError):  # a stream without a file descriptor
         return None
+    # What the stream buffers goes out first, so the order holds; under the handler's lock,
+    # if it can be had soon: a lock left held for ever (a thread stopped inside a record) must
+    # not stop the record that says so (rt2 finding 2: the watchdog's and TTIN's hung here).
+    lock = handler.lock
+    if lock is not None and lock.acquire(timeout=FLUSH_PATIENCE):
+        try:
+            handler.stream.flush()
+        except (AttributeError, OSError, ValueError):
+            return None
+        finally:
+            lock.release()
+    return fd, handler.formatter
 
 
 def own_handler() -> _Pending | None:

@@ -499,7 +499,7 @@ class Master:
         """The master's process title, from the slot table: on every turn of the loop (it
         lagged the workers by up to a heartbeat), set only when its text changes; systemd's
         STATUS= says the same."""
-        busy = sum(1 for v in self.table.views() if v.busy)
+        busy = self.table.busy_count()
         if state is None:
             state = self._state_text()
         text = titles.master_title(self.config.tag, busy, self.config.jobs_at_once, state)
@@ -510,7 +510,7 @@ class Master:
 
     def _status(self, busy: int | None = None, state: str | None = None) -> str:
         if busy is None:
-            busy = sum(1 for v in self.table.views() if v.busy)
+            busy = self.table.busy_count()
         if state is None:
             state = self._state_text()
         return titles.master_status(busy, self.config.jobs_at_once, state)

@@ -25,10 +25,11 @@ import sys
 import threading
 import traceback
 
-from .. import events
+from .. import events, safepoints
+from .. import payload as codec
 from . import log as logsetup
 from .runner import NO_TITLE, Lane, Runner
-from .slots import SlotWriter
+from .slots import LaneWriter
 from .timeout import LaneTimer
 
 log = logging.getLogger("queued.worker")
@@ -42,15 +43,18 @@ class Pool:
         self.table = table
         self.slot = slot
         self.inbox = inbox
-        self.lanes = {n: Lane(n, SlotWriter(table, slot, pid, n), NO_TITLE, LaneTimer(on_arm))
+        self.lanes = {n: Lane(n, LaneWriter(table, slot, pid, n), NO_TITLE, LaneTimer(on_arm))
                       for n in range(1, size + 1)}
         self._free = list(self.lanes)  # a heap: the lowest free lane is taken first
         self.kinds: dict[int, str] = {}  # lane -> "sync" or "async", while busy
         self._inboxes: dict[int, queue.SimpleQueue] = {}
         self._threads: dict[int, threading.Thread] = {}
+        self.tasks: dict[int, asyncio.Task] = {}  # lane -> its async job's task, while it runs
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_ident = 0
         self.async_code = Runner.run_async.__code__  # the watchdog finds a loop's job by it
+        # a job thread's JobTimeout never lands inside a logging lock (safepoints.py)
+        safepoints.guard_logging()
 
     # --- lanes (the dispatcher's) ------------------------------------------------------------
     @property
@@ -83,11 +87,17 @@ class Pool:
         self.kinds[lane.number] = "async"
         if self.loop is None:
             self._start_loop()
+        # Its lane's record says it is held before the loop starts it (no time limit yet: it
+        # runs from its start), so a job waiting on a blocked loop is counted and shown
+        # (rt2 finding 6). Written before the hand-off: the loop writes the record after.
+        lane.writer.begin(str(msg.get("jid", "")), res.queue, codec.job_class_name(msg), None,
+                          0, res.member)
         asyncio.run_coroutine_threadsafe(self._task(lane, res, msg), self.loop)
 
     # --- the threads -------------------------------------------------------------------------
     def _thread(self, lane: Lane, box: queue.SimpleQueue) -> None:
         logsetup.set_lane(lane.number)
+        safepoints.register(lane.timeout)  # (its JobTimeout lands in job code only)
         events.fire("thread_start")
         while True:
             res, msg = box.get()
@@ -102,12 +112,14 @@ class Pool:
 
     async def _task(self, lane: Lane, res, msg: dict) -> None:
         logsetup.set_lane(lane.number)  # (this task's own context)
+        self.tasks[lane.number] = asyncio.current_task()
         try:
             await self.runner.run_async(res, msg, lane)
         except BaseException:  # noqa: BLE001 - as _thread
             log.exception("worker %d lane %d: the end of an async job could not be written",
                           self.slot, lane.number)
         finally:
+            self.tasks.pop(lane.number, None)
             self.inbox.put(("done", lane.number))
 
     def _start_loop(self) -> None:
@@ -127,6 +139,14 @@ class Pool:
     # --- what the watchdog and a TTIN dump look at ---------------------------------------------
     def timers(self) -> list[LaneTimer]:
         return [self.lanes[n].timeout for n in list(self._threads)]
+
+    def guards(self) -> list[tuple[int, LaneTimer]]:
+        """(lane, its timer) of every lane with a thread."""
+        return [(n, self.lanes[n].timeout) for n in list(self._threads)]
+
+    def lane_of(self, ident: int) -> int | None:
+        """The lane whose thread is ``ident``, if any."""
+        return next((n for n, t in list(self._threads.items()) if t.ident == ident), None)
 
     def async_busy(self) -> int:
         return sum(1 for kind in list(self.kinds.values()) if kind == "async")
@@ -165,6 +185,15 @@ class Pool:
             lines.append(f"Task {task.get_name()} (awaiting, innermost last):")
             lines.append("".join(traceback.format_list(_awaiting(task.get_coro()))).rstrip())
         return "\n".join(lines)
+
+
+def awaiting_stack(task) -> str:
+    """Where a task's coroutine waits, innermost last (read from another thread: a task
+    that moves on meanwhile shows where it was)."""
+    try:
+        return "".join(traceback.format_list(_awaiting(task.get_coro()))).rstrip() or "(none)"
+    except (AttributeError, ValueError, RuntimeError):
+        return "(changing; ask again)"
 
 
 def _awaiting(coro) -> traceback.StackSummary:

@@ -36,7 +36,8 @@ from ..errors import JobTimeout, PayloadError, QueuedError, WorkerKilled
 from .fetch import REFUSED, WRITTEN, Reservation, failure_call, split_member
 from ..job import registry
 from ..keys import Keys
-from .slots import stored_jid
+from . import running as running_mod
+from .running import Running
 
 log = logging.getLogger("queued.recovery")
 
@@ -55,6 +56,13 @@ class Held(NamedTuple):
     score: float
     payload: str
     task: tracking.Move | None = None
+
+
+class Charge(NamedTuple):
+    """What a job the master killed its worker for is charged with: its time limit (0: it
+    had none) and, for one that held its process's event loop, for how long it held it."""
+    timeout: float
+    blocked: float = 0.0
 
 
 class Settled(NamedTuple):
@@ -120,39 +128,24 @@ def requeue_slot(r: redis.Redis, keys: Keys, identity: str, slot: int, queues: S
 
 
 def current_job(r: redis.Redis, keys: Keys, identity: str, slot: int,
-                queues: Sequence[str], jid: str | None = None) -> Reservation | None:
+                queues: Sequence[str], job: Running | None = None) -> Reservation | None:
     """The job the slot runs (or ran when it died).
 
-    With ``jid`` (what the slot table says the worker was running, as the table stores it):
-    the reservation of that job, or None. Without: the earliest reservation. The jid is
-    needed since acks are deferred to the next reserve call, so the finished jobs of a batch
-    sit before the running one; charging them with its crash or timeout was wrong."""
+    With ``job`` (what the slot table says the worker was running: running.py): the
+    reservation of that very job, or None. Without: the earliest reservation. Not the first
+    of its jid: a batch's finished jobs stay reserved until their ack goes out, and two jobs
+    may share a jid (rt2 finding 5); charging another with its crash or timeout was wrong."""
     key = keys.reserved(identity, slot)
-    if jid is None:
+    if job is None:
         members = r.zrange(key, 0, 0)
         return Reservation(members[0], *split_member(members[0])) if members else None
-    for member in r.zrange(key, 0, -1):
-        queue, payload = split_member(member)
-        running = codec.jid_of(payload)
-        if running is not None and stored_jid(running) == jid:
-            return Reservation(member, queue, payload)
-    return None
+    return running_mod.reservations(r, key, [job]).get(job)
 
 
 def _reservations(r: redis.Redis, keys: Keys, identity: str, slot: int,
-                  jids: Sequence[str]) -> dict[str, Reservation]:
-    """The reservations of the jobs a slot ran (jids as the slot table stores them), read in
-    one call: {jid: reservation} for those found."""
-    wanted = set(jids)
-    found: dict[str, Reservation] = {}
-    if not wanted:
-        return found
-    for member in r.zrange(keys.reserved(identity, slot), 0, -1):
-        queue, payload = split_member(member)
-        jid = codec.jid_of(payload)
-        if jid is not None and stored_jid(jid) in wanted:
-            found.setdefault(stored_jid(jid), Reservation(member, queue, payload))
-    return found
+                  jobs: Sequence[Running]) -> dict[Running, Reservation]:
+    """The reservations of the jobs a slot ran, read in one call: those found."""
+    return running_mod.reservations(r, keys.reserved(identity, slot), jobs)
 
 
 def fail_reservation(r: redis.Redis, keys: Keys, identity: str, slot: int, res: Reservation,
@@ -209,14 +202,15 @@ def reap_expired(r: redis.Redis, keys: Keys) -> list[tuple[str, int]]:
 
 def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code: int,
            reason: str, running_jid: str = "", timeout: float = 0.0,
-           running: Sequence[str] = (), culprits: dict[str, float] | None = None,
+           running: Sequence[Running] = (), culprits: dict[Running, Charge] | None = None,
            ignored: str = "SIGALRM", app=None) -> Settled:
     """After a worker exited: everything its slot holds goes back to the head of its queue,
-    except what the jobs it was running (``running``, or the one ``running_jid``) earned:
+    except what the jobs it was running (``running``, as its slot records name them:
+    running.py; or the one ``running_jid``) earned:
 
-    - the master killed it for a timeout: each job in ``culprits`` (jid -> its time limit;
-      by default the one running job) takes the failure path (JobTimeout); the others that
-      were running are bystanders and go back as they were, no retry spent;
+    - the master killed it for a timeout: each job in ``culprits`` (its Charge; by default
+      the one running job, charged ``timeout``) takes the failure path (JobTimeout); the
+      others that were running are bystanders and go back as they were, no retry spent;
     - it crashed running one job: that job is the culprit, it goes back carrying one more
       crash, and to dead (a poison pill) once it has killed ``max_crashes`` workers;
     - it crashed running several (a worker of many jobs at once): none is known to be the
@@ -228,20 +222,21 @@ def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code
     Safe to call again after an error: it starts from what Redis holds. Raises Stuck (see
     requeue_slot) and Redis errors. ``app``: where job classes and error handlers are looked
     up (server/loader.py's AppView; the live registries by default)."""
-    running = tuple(j for j in running if j) or ((running_jid,) if running_jid else ())
+    running = tuple(j for j in running if j.jid) or (
+        (Running(running_jid),) if running_jid else ())
     if culprits is None:
-        culprits = {jid: timeout for jid in running[:1]} if reason == "timeout" else {}
+        culprits = {j: Charge(timeout) for j in running[:1]} if reason == "timeout" else {}
     replace: dict[bytes, str | bytes] = {}
     failed, held = 0, []
     if reason == "timeout" or (reason == "crash" and len(running) == 1):
         found = _reservations(r, keys, identity, slot, [*culprits, *running])
-        for jid in (culprits if reason == "timeout" else running):
-            current = found.get(jid)
+        for job in (culprits if reason == "timeout" else running):
+            current = found.get(job)
             if current is None:
                 continue
             hit, stuck, again = _settle_running(r, keys, identity, config, slot, current,
-                                                code, reason, culprits.get(jid, 0.0), ignored,
-                                                app)
+                                                code, reason, culprits.get(job, Charge(0.0)),
+                                                ignored, app)
             failed += hit
             if stuck is not None:
                 held.append(stuck)
@@ -254,7 +249,7 @@ def settle(r: redis.Redis, keys: Keys, identity: str, config, slot: int, *, code
                    failed, tuple(held))
 
 
-def _suspects(r, keys, identity, config, slot, running: Sequence[str],
+def _suspects(r, keys, identity, config, slot, running: Sequence[Running],
               code: int) -> dict[bytes, str | bytes]:
     """Payloads to requeue the jobs running in a crash of many jobs with: marked suspects."""
     replace: dict[bytes, str | bytes] = {}
@@ -269,12 +264,12 @@ def _suspects(r, keys, identity, config, slot, running: Sequence[str],
         log.warning("worker %d %s with %d jobs running: none is known to be the culprit, so "
                     "none is charged; each goes back a suspect and runs next alone, where a "
                     "crash is its own: %s", slot, describe_status(code), len(running),
-                    ", ".join(running))
+                    ", ".join(j.jid for j in running))
     return replace
 
 
 def _settle_running(r, keys, identity, config, slot, current: Reservation, code: int,
-                    reason: str, timeout: float, ignored: str = "SIGALRM", app=None):
+                    reason: str, charge: Charge, ignored: str = "SIGALRM", app=None):
     """(1 if it failed else 0, held or None, payload to requeue it with or None)."""
     try:
         msg = codec.loads(current.payload)
@@ -282,9 +277,7 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
     except PayloadError:
         return 0, None, None  # requeued with the rest; the next worker rejects it to dead
     if reason == "timeout":
-        exc: BaseException = JobTimeout(
-            f"{msg['class']} ran past its {timeout:g}s timeout and ignored {ignored}; its "
-            f"worker was killed after {config.timeout_grace:g}s more")
+        exc: BaseException = JobTimeout(_timeout_message(msg, charge, ignored, config))
     else:
         crashes = codec.crash_count(msg) + 1
         log.warning("class=%s jid=%s killed its worker (%s), crash %d of %d", msg["class"],
@@ -322,6 +315,16 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
     (events.report if app is None else app.report)(
         exc, {"job": msg, "queue": current.queue, "outcome": outcome.kind})
     return 1, held, None
+
+
+def _timeout_message(msg: dict, charge: Charge, ignored: str, config) -> str:
+    if charge.timeout:
+        return (f"{msg['class']} ran past its {charge.timeout:g}s timeout and ignored "
+                f"{ignored}; its worker was killed after {config.timeout_grace:g}s more")
+    # (no limit of its own: it held the event loop, past the limits of the jobs waiting on it)
+    return (f"{msg['class']} blocked its worker's event loop for {charge.blocked:.1f}s (an "
+            f"async job must await, never block), past the time limits of the async jobs "
+            f"waiting on it; its worker was killed")
 
 
 def _mark_killed(r: redis.Redis, keys: Keys, msg: dict, message: str) -> None:

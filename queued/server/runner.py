@@ -31,10 +31,11 @@ from typing import Callable, NamedTuple
 from .. import activejob, ops, tracking
 from . import log as logsetup
 from .. import payload as codec
-from ..errors import JobTimeout, PayloadError, UnknownJobClass
+from ..errors import PayloadError, UnknownJobClass
 from .fetch import Reservation
 from ..job import Job, registry
 from ..middleware import server_middleware
+from .asynclimit import AsyncLimit, recancel_every
 from .guards import rescheduled
 from .outcomes import Outcomes, call_hook
 from .timeout import job_timeout
@@ -116,6 +117,7 @@ class Runner:
         self.ends_executor = (concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="queued-ends") if offload_ends else None)
         self._loop: asyncio.AbstractEventLoop | None = None  # (one job at a time: its own)
+        self.recancel = recancel_every(config.timeout_grace)  # (an async job past its limit)
 
     @property
     def held(self) -> list:
@@ -233,32 +235,31 @@ class Runner:
             else:
                 go = self.guarded(res, msg)
             if not go:
+                lane.writer.tick()  # (idle again: pool.py wrote it held as it was handed over)
                 logsetup.set_context("")
                 return
         run = self._begin(res, msg, lane, 0)
         start = time.monotonic()
         job, error = None, None
-        task = asyncio.current_task()
-        expired = []
-        handle = None
-        if run.timeout:
-            handle = asyncio.get_running_loop().call_later(
-                run.timeout, lambda: (expired.append(True), task.cancel()))
+        # (cancelled at its limit and again until it ends: asynclimit.py)
+        limit = (AsyncLimit(run.timeout, self.recancel, f"{msg['class']} (jid {msg['jid']})")
+                 if run.timeout else None)
         try:
             job = self._instance(run)
-            await server_middleware.invoke_async(job, msg, res.queue,
-                                                 lambda: job.perform(*run.args, **run.kwargs))
+            work = server_middleware.invoke_async(job, msg, res.queue,
+                                                  lambda: job.perform(*run.args, **run.kwargs))
+            if limit is not None:
+                limit.inside = True
+                work = limit.timed(work)
+            await work
         except BaseException as e:  # noqa: BLE001 - as run()
             error = _given_back(e)
-            if expired and isinstance(e, asyncio.CancelledError):
-                if hasattr(task, "uncancel"):
-                    task.uncancel()
-                error = JobTimeout(f"{msg['class']} (jid {msg['jid']}) exceeded its "
-                                   f"{run.timeout:g}s timeout and was cancelled")
+            if limit is not None and limit.expired and isinstance(e, asyncio.CancelledError):
+                error = limit.error()
                 error.__traceback__ = e.__traceback__
         finally:
-            if handle is not None:
-                handle.cancel()
+            if limit is not None:
+                limit.close()
         elapsed = time.monotonic() - start
         if self.ends_executor is not None and (error is not None or "unique_for" in msg):
             # Its end is a Redis round trip (or retried through an outage; a unique job's
@@ -298,7 +299,7 @@ class Runner:
         shown = msg.get("display_class") or msg.get("wrapped") or job_class
         if shown.__class__ is not str:
             shown = str(shown)
-        lane.writer.begin(jid, res.queue, shown, timeout, held)
+        lane.writer.begin(jid, res.queue, shown, timeout, held, res.member)
         lane.title.busy(shown)
         logsetup.set_context(logsetup.job_context(shown, jid, queue=res.queue))
         task_id = None

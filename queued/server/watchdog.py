@@ -24,7 +24,9 @@ import threading
 import time
 import traceback
 
+from .. import safepoints
 from . import log as logsetup
+from .pool import awaiting_stack
 
 log = logging.getLogger("queued.worker")
 
@@ -49,6 +51,7 @@ class Watchdog:
         self._probe_sent = 0.0    # when the pending probe went out (0: none pending)
         self._stall_reported = False
         self._reported: set[tuple[int, str]] = set()  # (lane, jid) named already
+        self._waits_reported: set[tuple[int, float]] = set()  # (lane, since) named already
         self.thread = threading.Thread(target=self._run, name="queued-watchdog", daemon=True)
 
     def start(self) -> None:
@@ -72,9 +75,11 @@ class Watchdog:
                 self.cond.wait(max(0.0, self.wake_at - now))
 
     def _next_wake(self, now: float) -> float:
-        deadlines = [t.deadline for t in self.pool.timers() if t.deadline and not t.fired]
+        timers = self.pool.timers()
+        # (a limit that fell due inside a guarded section is tried again at the next probe)
+        deadlines = [t.deadline for t in timers if t.deadline and not t.fired and not t.due]
         wake = min([now + WAKE_EVERY, *deadlines])
-        if self.pool.async_busy():
+        if self.pool.async_busy() or any(t.deferred for t in timers):
             wake = min(wake, now + PROBE_EVERY)
         return wake
 
@@ -83,6 +88,33 @@ class Watchdog:
             timer.expire(now)
         self._probe(now)
         self._overdue(now)
+        self._waits(now)
+
+    # --- a lock left held ------------------------------------------------------------------------
+    def _waits(self, now: float) -> None:
+        """Name once each job thread that has waited LOOP_STALL or more for a logging lock
+        (safepoints.py notes it), with the stack of the thread that holds it: a thread stopped
+        for good while holding one stops every thread's next log line (rt2 finding 2)."""
+        waiting = set()
+        for number, timer in self.pool.guards():
+            seen = timer.waiting
+            if seen is None or now - seen[2] < LOOP_STALL:
+                continue
+            lock, label, since = seen
+            waiting.add((number, since))
+            if (number, since) in self._waits_reported:
+                continue
+            self._waits_reported.add((number, since))
+            owner = safepoints.owner_of(lock)
+            holder = self.pool.lane_of(owner) if owner else None
+            who = (f"job thread {holder}" if holder else
+                   f"thread {owner}" if owner else "a thread that is gone")
+            logsetup.write_record(
+                "ERROR", log.name,
+                f"worker {self.slot}: job thread {number} has waited {now - since:.1f}s for "
+                f"{label}, held by {who}; every thread of this process that logs waits with "
+                f"it; the holder's stack:\n{self._stack(owner)}")
+        self._waits_reported &= waiting
 
     # --- the event loop ----------------------------------------------------------------------
     def _probe(self, now: float) -> None:
@@ -146,9 +178,15 @@ class Watchdog:
             self._reported.add((v.record, v.jid))
             if ident:
                 what, where = "JobTimeout", f"thread {v.record}'s stack:\n{self._stack(ident)}"
-            else:
-                what, where = "cancellation", (f"an async job: the loop thread's stack:\n"
+            elif v.jid == self.blocker:
+                what, where = "cancellation", (f"an async job holding the event loop: the loop "
+                                               f"thread's stack:\n"
                                                f"{self._stack(self.pool.loop_ident)}")
+            else:
+                task = self.pool.tasks.get(v.record)
+                what, where = "cancellation", (
+                    f"an async job, cancelled again until it ends; where it awaits "
+                    f"(innermost last):\n{awaiting_stack(task) if task else '(ended)'}")
             logsetup.write_record(
                 "ERROR", log.name,
                 f"worker {self.slot}: {v.job_class} jid={v.jid} is still running {late:.1f}s "

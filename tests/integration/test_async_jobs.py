@@ -1,11 +1,14 @@
 """``async def perform`` jobs, as tasks on their worker's one event loop, in real daemons: each
 exactly once, each with its time limit (a cancellation), mixed with sync jobs within
 ``threads``, a loop blocked by one job named and that job alone charged (issue 17)."""
+import json
 
 import jobs
 import pytest
 import threadjobs
-from threadjobs import AsyncBlocksLoop, AsyncCounted, AsyncNap, AsyncStuck, Counted
+from threadjobs import (AsyncBlocksLoop, AsyncBlocksThenOpens, AsyncCounted, AsyncDropsACancel,
+                        AsyncGateWait, AsyncHoldsLoop, AsyncIgnoresCancel, AsyncNap, AsyncStuck,
+                        Counted)
 
 from ctlrun import ctl
 from harness import counts, wait_for, zjobs
@@ -62,6 +65,40 @@ def test_an_async_job_past_its_timeout_is_cancelled(daemon, producer, r, threads
     nxt = jobs.Record.perform_async("next")
     wait_for(lambda: done(r).get(nxt) == 1, 10, what="the next job")
     assert d.worker_pids() == [worker] and "killing it" not in d.output()
+    assert d.stop() == 0
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_an_async_job_that_loses_its_cancel_is_cancelled_again(daemon, producer, r, threads):
+    # Given a worker, and an async job that loses the first cancel of its 0.5 s limit (rt2
+    # finding 1: redis-py drops one that races a command; the master then killed the process)
+    d = daemon(concurrency=1, threads=threads, require=JOBS)
+    (worker,) = d.worker_pids()
+    jid = AsyncDropsACancel.perform_async(60)
+    # Then it is cancelled again before the master's kill: it fails with JobTimeout (to dead,
+    # retry 0), and its process lives on
+    (entry,) = wait_for(lambda: zjobs(r, "dead"), 10, what="the job in dead")
+    assert entry["jid"] == jid and entry["error_class"] == "JobTimeout"
+    assert "0.5s timeout and was cancelled" in entry["error_message"]
+    assert r.lrange(threadjobs.CLEANUP, 0, -1) == [f"{jid} dropped".encode()]
+    nxt = jobs.Record.perform_async("next")
+    wait_for(lambda: done(r).get(nxt) == 1, 10, what="the next job")
+    assert d.worker_pids() == [worker] and "killing it" not in d.output()
+    assert d.stop() == 0
+
+
+def test_an_async_job_ignoring_its_cancels_is_reported_where_it_awaits(daemon, producer, r):
+    # Given a worker of 4 lanes, and an async job that swallows every cancel of its limit
+    d = daemon(concurrency=1, threads=4, timeout_grace=3, require=JOBS)
+    jid = AsyncIgnoresCancel.perform_async(60)
+    # Then the watchdog's report shows the job's own frames where it awaits (rt2 finding 1:
+    # it showed the loop thread, idle in select), before the master's kill
+    out = d.wait_log(f"AsyncIgnoresCancel jid={jid} is still running", 10)
+    report = out[out.index(f"jid={jid} is still running"):]
+    assert "cancelled again until it ends; where it awaits (innermost last):" in report
+    assert "in perform\n    await asyncio.sleep(0.05)  # (awaits here)" in report
+    (entry,) = wait_for(lambda: zjobs(r, "dead"), 15, what="the job in dead")
+    assert entry["jid"] == jid and entry["error_class"] == "JobTimeout"
     assert d.stop() == 0
 
 
@@ -123,4 +160,40 @@ def test_a_job_that_blocks_the_loop_is_named_and_alone_charged(daemon, producer,
     wait_for(lambda: all(done(r).get(j) == 1 for j in victims), 20, what="victims done")
     assert r.zcard("retry") == 1 and r.zcard("dead") == 0
     assert d.worker_pids() != [worker]
+    assert d.stop() == 0
+
+
+def test_async_jobs_waiting_on_a_blocked_loop_are_counted_and_shown(daemon, producer, r):
+    # Given one process of 8 lanes whose event loop a job holds (no limit, until its gate)
+    d = daemon(concurrency=1, threads=8, require=JOBS)
+    holder = AsyncHoldsLoop.perform_async("loop")
+    wait_for(lambda: holder in runs(r), 10, what="the loop held")
+    # When 4 more async jobs are handed to that loop (they cannot start)
+    waiting = AsyncNap.perform_bulk([[0.01]] * 4)
+    wait_for(lambda: r.llen("queue:default") == 0, 10, what="the 4 taken")
+    # Then the process's beat counts all 5 busy, and its workers hash shows each of them, its
+    # own payload (rt2 finding 6: 1 busy, 1 row; 4 reserved jobs nowhere to be seen)
+    (identity,) = [m.decode() for m in r.smembers("processes")]
+    wait_for(lambda: r.hget(identity, "busy") == b"5", 10, what="5 busy in the beat")
+    shown = {json.loads(json.loads(v)["payload"])["jid"]
+             for v in r.hgetall(f"{identity}:workers").values()}
+    assert shown == {holder, *waiting}
+    # And once the loop is free they all run, once each
+    jobs.open_gate(r, "loop")
+    wait_for(lambda: all(done(r).get(j) == 1 for j in [holder, *waiting]), 10, what="all done")
+    assert d.stop() == 0
+
+
+def test_async_jobs_that_only_waited_on_a_held_loop_are_not_charged(daemon, producer, r):
+    # Given one process of 6 lanes running 4 async jobs of 2 s limits, each awaiting a gate
+    d = daemon(concurrency=1, threads=6, require=JOBS)
+    waiters = AsyncGateWait.perform_bulk([["held"]] * 4)
+    wait_for(lambda: all(j in runs(r) for j in waiters), 10, what="4 jobs awaiting")
+    # When a job without a limit blocks their event loop 4 s, then opens their gate
+    holder = AsyncBlocksThenOpens.perform_async(4, "held")
+    # Then they end as the loop comes back, none cancelled: they could not run for those 4 s
+    # (rt2 finding 4: each got JobTimeout, the blocker nothing)
+    wait_for(lambda: all(done(r).get(j) == 1 for j in [*waiters, holder]), 20,
+             what="all done")
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
     assert d.stop() == 0

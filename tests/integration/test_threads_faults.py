@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import time
 
 import jobs
 import threadjobs
@@ -254,4 +255,79 @@ def test_job_operations_from_threads_and_async_jobs(daemon, producer, r):
         assert set(touches) == {b"1"} and len(touches) >= 2, key
     assert r.llen("t:caught") == 0
     assert r.zcard("retry") == 0 and r.llen("queue:default") == 0
+    assert d.stop() == 0
+
+
+def test_a_timeout_kill_charges_its_culprit_not_another_job_of_its_jid(daemon, producer, r):
+    # Given one process of 4 threads running two jobs of one jid (users fix jids to make jobs
+    # idempotent): an innocent one waiting on a gate, reserved first, and one that blocks in
+    # C past its 0.3 s limit (rt2 finding 5: the first of the jid was charged, the culprit
+    # went back "no retry spent")
+    d = daemon(concurrency=1, threads=4, timeout_grace=1, require=JOBS)
+    (worker,) = d.worker_pids()
+    jid = "5a" * 12
+    for cls, args in (("Held", ["samejid"]), ("Blocks", [60])):
+        r.lpush("queue:default", json.dumps({
+            "class": cls, "args": args, "queue": "default", "jid": jid, "retry": 2,
+            "created_at": time.time(), "enqueued_at": time.time()}))
+    # When the master kills the process at the culprit's limit + grace
+    (entry,) = wait_for(lambda: zjobs(r, "retry"), 20, what="a job charged")
+    # Then the culprit alone is charged; the innocent went back and runs again, to its end
+    assert entry["class"] == "Blocks" and entry["error_class"] == "JobTimeout"
+    wait_for(lambda: d.worker_pids() and d.worker_pids() != [worker], 10, what="new worker")
+    wait_for(lambda: runs(r).get(jid) == 3, 10, what="the innocent running again")
+    jobs.open_gate(r, "samejid")
+    wait_for(lambda: done(r).get(jid) == 1, 10, what="the innocent done")
+    assert [e["class"] for e in zjobs(r, "retry")] == ["Blocks"] and r.zcard("dead") == 0
+    assert d.stop() == 0
+
+
+def suspect(producer, klass: str, *args) -> bytes:
+    """A job marked a suspect of a crash of many jobs (recovery.py): it runs alone."""
+    return json.dumps(producer.normalize({"class": klass, "args": list(args),
+                                          "queued_suspect": 1})).encode()
+
+
+def test_a_process_takes_one_job_to_run_alone_at_a_time_the_rest_stay_queued(
+        daemon, producer, r):
+    # Given two processes of 4 lanes each
+    d = daemon(concurrency=2, threads=4, require=JOBS)
+    # When 6 suspects (each held until its gate opens) are pushed at once
+    pushed = [suspect(producer, "Gate", "suspects") for _ in range(6)]
+    r.lpush("queue:default", *pushed)
+    # Then each process runs one, alone, and the other 4 wait in the queue where any process
+    # may take them (rt2 finding 3: one took 25 in one fetch and ran them one by one while
+    # the other sat idle and the queue showed 0)
+    wait_for(lambda: len(runs(r)) == 2 and r.llen("queue:default") == 4, 10,
+             what="2 running, one per process, 4 still queued")
+    # And once the gate opens each runs once
+    jobs.open_gate(r, "suspects")
+    jids = [json.loads(p)["jid"] for p in pushed]
+    wait_for(lambda: done(r) == dict.fromkeys(jids, 1), 20, what="the 6 done")
+    assert runs(r) == dict.fromkeys(jids, 1)
+    assert d.stop() == 0
+
+
+def test_a_job_waiting_to_run_alone_does_not_hold_up_fresh_jobs(daemon, producer, r):
+    # Given one process of 4 lanes running a long job
+    d = daemon(concurrency=1, threads=4, require=JOBS)
+    long = jobs.Gate.perform_async("long")
+    wait_for(lambda: long in runs(r), 10, what="the long job running")
+    # When a suspect and 3 quick jobs are pushed
+    alone = suspect(producer, "Gate", "alone")
+    quick = [json.dumps(producer.normalize({"class": "Record", "args": ["q"]})).encode()
+             for _ in range(3)]
+    r.lpush("queue:default", alone, *quick)
+    # Then the quick jobs run on the free lanes meanwhile (rt2 finding 3: nothing started
+    # until the long job ended), and the suspect waits for the lanes to be free
+    quick_jids = [json.loads(q)["jid"] for q in quick]
+    wait_for(lambda: all(done(r).get(j) == 1 for j in quick_jids), 10, what="the quick jobs")
+    alone_jid = json.loads(alone)["jid"]
+    assert alone_jid not in runs(r)
+    # And once the long job ends, the suspect runs
+    jobs.open_gate(r, "long")
+    wait_for(lambda: alone_jid in runs(r), 10, what="the suspect running")
+    jobs.open_gate(r, "alone")
+    wait_for(lambda: done(r).get(alone_jid) == 1 and done(r).get(long) == 1, 10,
+             what="all done")
     assert d.stop() == 0

@@ -1,0 +1,67 @@
+"""An async job's time limit (server/asynclimit.py) on a real event loop: it counts the time the
+job could run, not the time another job held the loop (rt2 finding 4), and a job that holds
+the loop itself is not excused; a cancel lost is made again (rt2 finding 1)."""
+import asyncio
+import time
+
+from queued.errors import JobTimeout
+from queued.server.asynclimit import AsyncLimit
+
+
+async def limited(seconds: float, body, every: float = 0.05) -> tuple[str, float]:
+    """Run ``body()`` under a limit as the runner does: ("done" | "cancelled", elapsed)."""
+    limit = AsyncLimit(seconds, every)
+    t0 = time.monotonic()
+    try:
+        limit.inside = True
+        await limit.timed(body())
+        return "done", time.monotonic() - t0
+    except asyncio.CancelledError:
+        return ("cancelled" if limit.expired else "cancelled by another"), time.monotonic() - t0
+    except JobTimeout as e:
+        return f"JobTimeout: {e}", time.monotonic() - t0
+    finally:
+        limit.close()
+
+
+def test_a_job_that_waited_on_a_held_loop_is_not_cancelled_for_that_time():
+    async def main():
+        async def waits():
+            await asyncio.sleep(0.5)  # (0.1 s of its own time after the loop comes back)
+
+        async def holds():
+            await asyncio.sleep(0.05)
+            time.sleep(0.4)  # another job holds the loop
+
+        job = asyncio.ensure_future(limited(0.3, waits))
+        await holds()
+        return await job
+
+    # Given a 0.3 s limit, a job that awaits 0.5 s while another holds the loop 0.4 s of it
+    outcome, elapsed = asyncio.run(main())
+    # Then it ends: 0.5 s, of which it could run only ~0.1 s
+    assert outcome == "done" and elapsed >= 0.5
+
+
+def test_a_job_that_holds_the_loop_itself_is_cancelled_at_its_limit():
+    async def holds_then_waits():
+        time.sleep(0.4)  # its own hold: not excused
+        await asyncio.sleep(5)
+
+    # (cancelled as the loop comes back at 0.4 s; its hold excused, it would run to 0.7 s)
+    outcome, elapsed = asyncio.run(limited(0.3, holds_then_waits))
+    assert outcome == "cancelled" and 0.4 <= elapsed < 0.6
+
+
+def test_a_job_that_loses_every_cancel_gets_a_jobtimeout_at_its_next_step():
+    async def loses_them_all():
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                pass  # (as asyncio.wait_for does when what it wraps finished meanwhile)
+
+    # (cancelled at 0.2 s, then a JobTimeout at its step after 0.1 s more)
+    outcome, elapsed = asyncio.run(limited(0.2, loses_them_all, every=0.1))
+    assert outcome == "JobTimeout: job exceeded its 0.2s timeout and was cancelled"
+    assert 0.3 <= elapsed < 0.6
