@@ -734,3 +734,41 @@ def test_delete_all_deletes_the_jobs_its_question_counted(browser, web, r):
         assert r.zcard("dead") == 50
     finally:
         context.close()
+
+
+# --- red team RT4: a hidden field's name arrives as it was written --------------------------
+
+def test_a_name_holding_nul_acts_on_itself_not_on_its_look_alike(page, r):
+    # Given dead jobs of class y<NUL>z and of its look-alike y<U+FFFD>z (a browser reads a NUL
+    # in an attribute as U+FFFD), and two processes named the same two ways
+    now = time.time()
+    r.zadd("dead", {failed(f"{k}{i}", klass): now - i
+                    for k, klass in (("nul", "y\x00z"), ("fffd", "y\ufffdz")) for i in range(2)})
+    identities = [b"p\x00q", "p\ufffdq".encode()]
+    for identity in identities:
+        r.sadd("processes", identity)
+        r.hset(identity, mapping={
+            "info": json.dumps({"hostname": "h", "pid": 1, "identity": identity.decode(),
+                                "queues": ["zz"], "concurrency": 1, "started_at": now}),
+            "beat": now, "busy": 0, "quiet": "false", "rss": 0})
+    try:
+        # When Dead is searched for class y<NUL>z and every match deleted
+        page.goto("/dead?class=y%00z")
+        page.wait_for_function("() => document.getElementById('match-count').dataset.total")
+        page.click("#all-matches button[value=delete]")
+        page.wait_for_selector("p.flash")
+        # Then the 2 jobs counted are the ones deleted, their look-alikes are left
+        assert page.dialogs == ["Delete 2 jobs that match this search?"]
+        left = sorted(json.loads(m)["jid"] for m in r.zrange("dead", 0, -1))
+        assert left == ["fffd0", "fffd1"]
+        # When Stop is pressed on each of the two rows
+        for k in range(2):
+            page.goto("/busy")
+            page.locator("#processes tbody tr").nth(k).locator("button[value=stop]").click()
+            page.wait_for_selector("p.flash")
+        # Then each process was asked to stop once (not one of them twice)
+        assert [r.lrange(i + b"-signals", 0, -1) for i in identities] == [[b"TERM"], [b"TERM"]]
+    finally:
+        for identity in identities:
+            r.srem("processes", identity)
+            r.delete(identity, identity + b"-signals")
