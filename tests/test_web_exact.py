@@ -364,3 +364,31 @@ def test_the_counted_answer_on_a_set_that_was_empty_does_nothing_and_says_so(cli
     assert flash_of(done.text) == ("deleted 0 jobs of the 0 counted when asked (the whole set "
                                    "then; any since are left)")
     assert r.zcard("dead") == 1 and not r.keys("queued:snapshot*")
+
+
+# --- red team RT4 ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("counted", ["\u00b2", "\u0663", "-1", "1_000", " 3"])
+def test_an_answer_whose_count_is_not_a_decimal_number_says_so_and_is_not_a_500(client, r,
+                                                                                  counted):
+    # Given a job in Retries counted for "Kill all" (RT4 #4: "²" is a digit to str.isdigit)
+    r.zadd("retry", {member("s1"): time.time() + 3600})
+    asked = client.get(count_urls(client.get("/retries").text)["kill"]).json()
+    # When the answer comes with a count that is not the decimal number the page sent
+    done = post(client, "/retries", action="kill", scope="all", snapshot=asked["token"],
+                counted=counted)
+    # Then the job is killed and the message says the count it did not read is unknown
+    assert done.status_code == 200
+    assert flash_of(done.text) == ("killed 1 job of the ? counted when asked (the whole set "
+                                   "then; any since are left)")
+    assert (r.zcard("retry"), r.zcard("dead")) == (0, 1)
+
+
+@pytest.mark.parametrize("port", ["\u00b2", "\u0663", "+80", " 80"])
+def test_a_port_that_is_not_decimal_digits_is_refused_not_an_exception(port):
+    # (a Host header is read as latin-1: "localhost:\xb2" reached int() and raised)
+    from queued.admin.ctlweb import Usage, parse_bind
+    from queued.admin.hosts import parse_host
+    assert parse_host(f"localhost:{port}") is None
+    with pytest.raises(Usage):
+        parse_bind(f"127.0.0.1:{port}")

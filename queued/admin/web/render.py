@@ -165,9 +165,11 @@ def in_form_as_is(value: Any) -> bool:
 
 
 def counted_of(form: FormData) -> str:
-    """The number a question asked with, as the form sends it back (for the message)."""
+    """The number a question asked with, as the form sends it back (for the message): ASCII
+    digits only (str.isdigit() takes "²", which int() refuses: a 500 after the action had been
+    done, RT4 #4)."""
     text = str(form.get("counted", ""))
-    return f"{int(text):,}" if text.isdigit() else "?"
+    return f"{int(text):,}" if re.fullmatch("[0-9]+", text) else "?"
 
 
 class NameConvertor(Convertor):
