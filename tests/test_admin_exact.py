@@ -323,3 +323,36 @@ def test_error_class_picks_exactly_one_group_of_errors(r, redis_url):
               "--yes", url=redis_url) == "2 jobs deleted from dead\n"
     # Then exactly its 2 jobs went; the other group is whole
     assert r.zcard("dead") == 5
+
+
+# --- red team RT4, finding 2: an answer after the question's copy has gone does nothing ---------
+
+def drop_copies(r) -> None:
+    """What an answer after the copy's TTL finds: the copy (and its mark) gone."""
+    for key in r.keys("queued:snapshot*"):
+        r.delete(key)
+
+
+def test_a_bulk_delete_answered_after_its_copy_expired_does_nothing_and_says_so(r, redis_url):
+    # Given 3 dead jobs, counted for the question
+    r.zadd("dead", {member(f"old{i}"): time.time() - i for i in range(3)})
+
+    def meanwhile():  # the question is left open past its copy's life; 2 more die
+        drop_copies(r)
+        r.zadd("dead", {member(f"new{i}"): time.time() for i in range(2)})
+    status, said = asked(["delete", "dead", "--all"], redis_url, meanwhile)
+    # Then nothing is deleted, and it says so, exit 1 (it said "0 jobs deleted", exit 0)
+    assert status == 1 and "delete 3 jobs from dead? [y/N] " in said
+    assert said.endswith("nothing done: the jobs counted for that question are gone (it was "
+                         "asked more than 10 minutes ago, or answered already); ask again\n")
+    assert r.zcard("dead") == 5
+
+
+def test_a_clear_answered_after_its_copy_expired_does_nothing_and_says_so(r, redis_url):
+    r.sadd("queues", "cq")
+    r.lpush("queue:cq", *[member(f"q{i}") for i in range(3)])
+    status, said = asked(["clear", "cq"], redis_url, lambda: drop_copies(r))
+    assert status == 1 and "Delete the 3 jobs of queue cq? [y/N]" in said
+    assert said.endswith("nothing done: the jobs counted for that question are gone (it was "
+                         "asked more than 10 minutes ago, or answered already); ask again\n")
+    assert r.llen("queue:cq") == 3

@@ -19,6 +19,9 @@ its count is taken on a copy it keeps (``held``, HELD_TTL at most) and names by 
 the question; the action resumes that copy (``Snapshot.resume``). An action on several keys
 copies them all in one step (``together``) before acting on any (finding 1: a job retried
 from ``retry`` that dies at once must not be retried again from ``dead``).
+
+Each copy leaves a mark, which queuedctl's answer takes (``claim``): an answer after the copy
+has expired does nothing and says so (red team RT4, finding 2: it said "0 jobs deleted").
 """
 from __future__ import annotations
 
@@ -66,8 +69,9 @@ class Snapshot:
         self.held = held
         self.token = token or secrets.token_hex(12)
         self.key = keys.snapshot(self.token)
-        #: Says a held copy was taken: a copy of an empty set is no key, and its answer must
-        #: still find it (and act on nothing), not take it for one answered already.
+        #: Says the copy was taken, until its answer takes the mark:
+        #: a copy of an empty set is no key, and its answer must still find it (and act on
+        #: nothing), not take it for one answered already.
         self.mark = keys.snapshot_held(self.token)
         self.count = 0  #: how many elements the key held when the snapshot was taken
         self.resumed = False
@@ -79,17 +83,26 @@ class Snapshot:
         if not isinstance(token, str) or not TOKEN.fullmatch(token):
             raise Gone(f"{token!r} is not a question's token")
         snap = cls(r, keys, b"", kind, token=token)
-        snap.resumed = True
+        snap.held = snap.resumed = True
         pipe = r.pipeline(transaction=True)
         pipe.exists(snap.mark)
         pipe.type(snap.key)
         pipe.zcard(snap.key) if kind == "zset" else pipe.llen(snap.key)
         marked, found, count = pipe.execute(raise_on_error=False)
         if not marked or found.decode() not in (kind, "none"):
-            raise Gone("the jobs counted for that question are gone (it was asked more than "
-                       f"{HELD_TTL // 60} minutes ago, or answered already)")
+            raise Gone(snap._gone())
         snap.count = int(count)
         return snap
+
+    def claim(self) -> None:
+        """The answer to the question this copy was counted for: Gone when the copy has
+        expired (an answer after its TTL)."""
+        if self.r.delete(self.mark) != 1:
+            raise Gone(self._gone())
+
+    def _gone(self) -> str:
+        return ("the jobs counted for that question are gone (it was asked more than "
+                f"{(HELD_TTL if self.held else TTL) // 60} minutes ago, or answered already)")
 
     def __enter__(self) -> Snapshot:
         if self.resumed:  # (the copy exists already)
@@ -116,8 +129,7 @@ class Snapshot:
         else:
             pipe.execute_command("COPY", self.source, self.key)
         pipe.expire(self.key, HELD_TTL if self.held else TTL)
-        if self.held:
-            pipe.set(self.mark, 1, ex=HELD_TTL)
+        pipe.set(self.mark, 1, ex=HELD_TTL if self.held else TTL)
         if self.also:
             self.also(pipe)
 
