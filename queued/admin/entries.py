@@ -167,6 +167,13 @@ class Filter:
             return False
         return True
 
+    def spelled(self) -> str:
+        """The filter as one text, the same in every process (a question's copy is bound to
+        the search it counted: snapshot.py)."""
+        return json.dumps([self.klass, self.queue, self.error, self.arg,
+                           sorted(self.jids) if self.jids is not None else None, self.task,
+                           self.error_class])
+
     def pattern(self) -> bytes | None:
         """A ZSCAN/SCAN MATCH pattern every matching member fits (it narrows what Redis
         sends), or None: the jid (as a whole JSON string) when there is one and every
