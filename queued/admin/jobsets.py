@@ -191,7 +191,8 @@ class JobSet:
         done = examined = 0
         for rows in snap.pages(BATCH):
             examined += len(rows)
-            batch = [e for e in (Entry(m, s, self.name) for m, s in rows) if where.matches(e)]
+            batch = [e for e in (Entry(m, s, self.name) for m, s in rows)
+                     if where.matches(e) and self._movable(action, e)]
             if batch:
                 done += self._act(action, batch, limits=limits)[0]
             if progress:
@@ -199,6 +200,14 @@ class JobSet:
         if progress and not examined:
             progress(0, 0)
         return done
+
+    def _movable(self, action: str, entry: Entry) -> bool:
+        """Whether a bulk action moves this member: a retry of Dead leaves what is not a job
+        (not JSON, not UTF-8, not an object) where it is. Pushed to its queue it came back to
+        Dead as an "unusable payload" at once, counted as retried (red team RT4, finding 6);
+        from Retries or Scheduled it goes, so that the daemon sends it to Dead with that
+        reason."""
+        return action != "queue" or self.name != "dead" or entry.msg is not None
 
     # --- the script ------------------------------------------------------------------------
     def _limits(self) -> DeadLimits:
