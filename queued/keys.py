@@ -122,8 +122,9 @@ class Keys:
         return f"{self.ns}queued:snapshot:{token}"
 
     def snapshot_held(self, token: str) -> str:
-        """string "1" with the TTL of a copy kept for a question's answer: the copy was taken
-        (a copy of an empty set is no key at all); admin/snapshot.py."""
+        """string: what a copy was counted for (a digest of its key and search), with the
+        copy's TTL, until the question's answer takes it (DEL): the copy was taken (a copy of
+        an empty set is no key at all) and not answered yet; admin/snapshot.py."""
         return f"{self.ns}queued:snapshot-held:{token}"
 
     # --- periodic jobs: sidekiq-cron 1.x's layout (the one beside Sidekiq 6.4), so its Web UI

@@ -22,6 +22,7 @@ from queued.admin import find as find_mod
 from queued.admin import jobsets, taskadmin
 from queued.admin.api import Admin
 from queued.admin.entries import Filter
+from queued.admin.errors import error_groups
 from queued.task import Task
 
 from conftest import IN_CI
@@ -332,3 +333,70 @@ def test_error_class_picks_exactly_one_group_of_errors(r, redis_url):
               "--yes", url=redis_url) == "2 jobs deleted from dead\n"
     # Then exactly its 2 jobs went; the other group is whole
     assert r.zcard("dead") == 5
+
+
+# --- red team RT4, finding 2: an answer after the question's copy has gone does nothing ---------
+
+def drop_copies(r) -> None:
+    """What an answer after the copy's TTL finds: the copy (and its mark) gone."""
+    for key in r.keys("queued:snapshot*"):
+        r.delete(key)
+
+
+def test_a_bulk_delete_answered_after_its_copy_expired_does_nothing_and_says_so(r, redis_url):
+    # Given 3 dead jobs, counted for the question
+    r.zadd("dead", {member(f"old{i}"): time.time() - i for i in range(3)})
+
+    def meanwhile():  # the question is left open past its copy's life; 2 more die
+        drop_copies(r)
+        r.zadd("dead", {member(f"new{i}"): time.time() for i in range(2)})
+    status, said = asked(["delete", "dead", "--all"], redis_url, meanwhile)
+    # Then nothing is deleted, and it says so, exit 1 (it said "0 jobs deleted", exit 0)
+    assert status == 1 and "delete 3 jobs from dead? [y/N] " in said
+    assert said.endswith("nothing done: the jobs counted for that question are gone (it was "
+                         "asked more than 10 minutes ago, or answered already); ask again\n")
+    assert r.zcard("dead") == 5
+
+
+def test_a_clear_answered_after_its_copy_expired_does_nothing_and_says_so(r, redis_url):
+    r.sadd("queues", "cq")
+    r.lpush("queue:cq", *[member(f"q{i}") for i in range(3)])
+    status, said = asked(["clear", "cq"], redis_url, lambda: drop_copies(r))
+    assert status == 1 and "Delete the 3 jobs of queue cq? [y/N]" in said
+    assert said.endswith("nothing done: the jobs counted for that question are gone (it was "
+                         "asked more than 10 minutes ago, or answered already); ask again\n")
+    assert r.llen("queue:cq") == 3
+
+
+# --- red team RT4, finding 6: odd members of Dead --------------------------------------------
+
+NOT_JOBS = [b"not json \xff", b"[1, 2]", b'"a string"', b'{"class": "X", "jid": "bad \xff"}']
+
+
+def test_retry_all_on_dead_leaves_what_is_not_a_job_where_it_is(r):
+    # Given Dead holding 2 jobs and 4 members that are not jobs (not JSON, not UTF-8, an array)
+    r.zadd("dead", {member("j1"): 1, member("j2"): 2})
+    r.zadd("dead", {raw: 10 + i for i, raw in enumerate(NOT_JOBS)})
+    admin = Admin(r)
+    # When every job of Dead is retried (counted first, as a question does)
+    with admin.dead.snapshot() as snap:
+        assert admin.dead.count_in(snap) == 6
+        retried = admin.dead.retry_all(None, snapshot=snap)
+    # Then the 2 jobs are retried and counted so; the others stay in Dead (pushed to default
+    # and counted as retried, they came back as "unusable payload")
+    assert retried == 2
+    assert sorted(json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)) == ["j1", "j2"]
+    assert sorted(r.zrange("dead", 0, -1)) == sorted(NOT_JOBS)
+
+
+def test_errors_groups_an_error_class_that_is_not_text_by_its_json(r):
+    # Given dead jobs whose error_class is a JSON array and a number (written by hand)
+    r.zadd("dead", {member("a", error_class=["x"], error_message={"k": 1}): 1,
+                    member("b", error_class=7, error_message="m"): 2})
+    groups = {g.error_class: g for g in error_groups(Admin(r).dead)}
+    # Then each group is named by the JSON it holds (it read "['x']", Python's repr)
+    assert sorted(groups) == ['7', '["x"]']
+    assert groups['["x"]'].latest_message == '{"k": 1}'
+    # and --error-class picks that group exactly
+    picked = [e.jid for e in Admin(r).dead.scan(Filter.of(error_class='["x"]'))]
+    assert picked == ["a"]

@@ -24,9 +24,11 @@ from starlette.testclient import TestClient
 
 from harness import ROOT
 from queued.admin import metrics as m
+from queued.admin.ctltext import name as ctl_name
 from queued.admin.entries import Entry
 from queued.admin.web import create_app, create_wsgi_app
 from queued.admin.web import flash, pages_jobs
+from queued.admin.web.filters import marked
 from queued.admin.web.security import CSP
 
 
@@ -475,6 +477,11 @@ def heading(page: str) -> str:
     return html.unescape(re.search(r"<h1>(.*?)</h1>", page, re.S).group(1))
 
 
+def code(name: str) -> str:
+    """A name in a heading, as the page marks it (quoted, its controls escaped: filters.py)."""
+    return f"<code>{html.unescape(str(marked(name)))}</code>"
+
+
 def test_every_queue_row_links_and_acts_on_exactly_its_queue(browser_like, r):
     # Given a queue of each odd name, each with one job
     for i, name in enumerate(ODD_NAMES):
@@ -490,7 +497,7 @@ def test_every_queue_row_links_and_acts_on_exactly_its_queue(browser_like, r):
         # and its row's link opens that queue's page, with that queue's job
         shown = browser_like.get(attr(rows[name], "href"))
         assert shown.status_code == 200, name
-        assert f"<code>{name}</code>" in heading(shown.text)
+        assert code(name) in heading(shown.text)
         assert f"<code>j{i}</code>" in shown.text
     for i, name in enumerate(ODD_NAMES):
         # When its row's Clear is pressed
@@ -501,7 +508,7 @@ def test_every_queue_row_links_and_acts_on_exactly_its_queue(browser_like, r):
         assert done.status_code == 200 and str(done.url.path) == "/queues", name
         after = {n: r.llen(f"queue:{n}") for n in ODD_NAMES}
         assert after == {**before, name: 0}, name
-        said, expected = flash_of(done.text), f"cleared {name}: 1 job deleted"
+        said, expected = flash_of(done.text), f"cleared {ctl_name(name)}: 1 job deleted"
         if len(expected) <= flash.MAX_TEXT:
             assert said == expected
         else:  # (a 2,000-character name: its middle is left out of the message)
@@ -520,7 +527,7 @@ def test_pause_from_a_queues_own_page_pauses_exactly_that_queue(browser_like, r)
         token = re.search(r'name="csrf_token" value="([^"]+)"', own).group(1)
         done = browser_like.post(html.unescape(form), data={"csrf_token": token,
                                                             "action": "pause"})
-        assert done.status_code == 200 and f"<code>{name}</code>" in heading(done.text), name
+        assert done.status_code == 200 and code(name) in heading(done.text), name
     assert {n.decode() for n in r.smembers("paused")} == set(ODD_NAMES)
 
 
@@ -540,7 +547,7 @@ def test_every_job_row_links_and_acts_on_exactly_its_job(browser_like, r):
             # and its link opens that job
             detail = browser_like.get(attr(rows[name], "href"))
             assert detail.status_code == 200, (slug, name)
-            assert f"<code>{name}</code>" in heading(detail.text)
+            assert code(name) in heading(detail.text)
         for k, name in enumerate(ODD_NAMES):
             # When its row is ticked and deleted, exactly that job goes
             box = re.search(r'<input type="checkbox" name="job" value="([^"]*)"', rows[name])

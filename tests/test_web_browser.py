@@ -17,6 +17,7 @@ import jobs
 import taskjobs
 from conftest import IN_CI
 from harness import ROOT, counts, wait_for
+from queued.admin.ctltext import name as ctl_name
 from test_admin_exact import member
 from test_web_exact import cron_job
 from webserve import serve
@@ -281,7 +282,7 @@ def test_each_queue_row_opens_and_clears_its_own_queue(page, r):
         page.goto("/queues")
         page.click(f"{row('queues', 'data-queue', name)} td a")
         page.wait_for_selector("#jobs")
-        assert page.text_content("main h1 code") == name
+        assert page.text_content("main h1 code") == (ctl_name(name) if name else "")
         assert page.locator("#jobs tbody tr").count() == i + 1
     shot(page, "queues-odd-names")
     for i, name in enumerate(URL_NAMES):
@@ -292,8 +293,9 @@ def test_each_queue_row_opens_and_clears_its_own_queue(page, r):
         page.wait_for_selector("p.flash")
         # Then exactly that queue was cleared
         jobs = f"{i + 1} job{'s' if i else ''}"
-        assert page.inner_text("p.flash") == (f"cleared {name}: {jobs} deleted of the {i + 1} "
-                                              f"counted when asked (jobs pushed since stay)")
+        assert page.inner_text("p.flash") == (f"cleared {ctl_name(name)}: {jobs} deleted of the "
+                                              f"{i + 1} counted when asked (jobs pushed since "
+                                              f"stay)")
         assert {n: r.llen(f"queue:{n}") for n in URL_NAMES} == {**before, name: 0}
 
 
@@ -534,19 +536,19 @@ def test_a_queue_named_by_bytes_that_are_not_utf8(page, r):
     r.lpush(b"queue:\xff\xfe", payload("odd1"), payload("odd2"))
     page.goto("/queues")
     odd = row("queues", "data-queue", "\\xff\\xfe")
-    assert page.inner_text(f"{odd} td a") == "\\xff\\xfe"
+    assert page.inner_text(f"{odd} td a") == '"\\xff\\xfe"'
     shot(page, "queues-not-utf8")
     # When its link is clicked, Then its own page opens with its jobs
     page.click(f"{odd} td a")
     page.wait_for_selector("#jobs")
-    assert page.text_content("main h1 code") == "\\xff\\xfe"
+    assert page.text_content("main h1 code") == '"\\xff\\xfe"'
     assert page.locator("#jobs tbody tr").count() == 2
     # When it is cleared from there, Then exactly it is
     page.click("#queue-actions button[value=clear]")
     page.wait_for_selector("p.flash")
-    assert page.dialogs == ["Delete all 2 jobs of queue \\xff\\xfe?"]
-    assert page.inner_text("p.flash") == ("cleared \\xff\\xfe: 2 jobs deleted of the 2 counted "
-                                          "when asked (jobs pushed since stay)")
+    assert page.dialogs == ['Delete all 2 jobs of queue "\\xff\\xfe"?']
+    assert page.inner_text("p.flash") == ('cleared "\\xff\\xfe": 2 jobs deleted of the 2 '
+                                          'counted when asked (jobs pushed since stay)')
     assert r.llen(b"queue:\xff\xfe") == 0 and r.smembers("queues") == {b"default"}
 
 
@@ -672,14 +674,14 @@ def test_each_queue_of_any_name_deletes_its_own_job_and_finds_the_other(page, r)
         page.wait_for_selector("p.flash")
         # Then exactly that job is gone, and the page is still that queue's
         assert page.inner_text("p.flash") == "deleted 1 job"
-        assert page.text_content("main h1 code") == name
+        assert page.text_content("main h1 code") == (ctl_name(name) if name else "")
         assert [json.loads(j)["jid"] for j in r.lrange(f"queue:{name}", 0, -1)] == [f"{i}-b"]
         # and the other job's jid opens Find, whose queue link opens this queue again
         page.click(f"#jobs tr[data-jid='{i}-b'] a.jid")
         page.wait_for_selector("#places")
         page.click("#places tr[data-where=queue] a")
         page.wait_for_selector("#jobs")
-        assert page.text_content("main h1 code") == name
+        assert page.text_content("main h1 code") == (ctl_name(name) if name else "")
 
 
 # --- red team RT1: each Cron row acts on its own key; a question's number is what is done -----
@@ -734,3 +736,78 @@ def test_delete_all_deletes_the_jobs_its_question_counted(browser, web, r):
         assert r.zcard("dead") == 50
     finally:
         context.close()
+
+
+# --- red team RT4: a hidden field's name arrives as it was written --------------------------
+
+def test_a_name_holding_nul_acts_on_itself_not_on_its_look_alike(page, r):
+    # Given dead jobs of class y<NUL>z and of its look-alike y<U+FFFD>z (a browser reads a NUL
+    # in an attribute as U+FFFD), and two processes named the same two ways
+    now = time.time()
+    r.zadd("dead", {failed(f"{k}{i}", klass): now - i
+                    for k, klass in (("nul", "y\x00z"), ("fffd", "y\ufffdz")) for i in range(2)})
+    identities = [b"p\x00q", "p\ufffdq".encode()]
+    for identity in identities:
+        r.sadd("processes", identity)
+        r.hset(identity, mapping={
+            "info": json.dumps({"hostname": "h", "pid": 1, "identity": identity.decode(),
+                                "queues": ["zz"], "concurrency": 1, "started_at": now}),
+            "beat": now, "busy": 0, "quiet": "false", "rss": 0})
+    try:
+        # When Dead is searched for class y<NUL>z and every match deleted
+        page.goto("/dead?class=y%00z")
+        page.wait_for_function("() => document.getElementById('match-count').dataset.total")
+        page.click("#all-matches button[value=delete]")
+        page.wait_for_selector("p.flash")
+        # Then the 2 jobs counted are the ones deleted, their look-alikes are left
+        assert page.dialogs == ["Delete 2 jobs that match this search?"]
+        left = sorted(json.loads(m)["jid"] for m in r.zrange("dead", 0, -1))
+        assert left == ["fffd0", "fffd1"]
+        # When Stop is pressed on each of the two rows
+        for k in range(2):
+            page.goto("/busy")
+            page.locator("#processes tbody tr").nth(k).locator("button[value=stop]").click()
+            page.wait_for_selector("p.flash")
+        # Then each process was asked to stop once (not one of them twice)
+        assert [r.lrange(i + b"-signals", 0, -1) for i in identities] == [[b"TERM"], [b"TERM"]]
+    finally:
+        for identity in identities:
+            r.srem("processes", identity)
+            r.delete(identity, identity + b"-signals")
+
+
+# --- red team RT4, finding 3: names that look alike read differently, in every place ------------
+
+LOOK_ALIKE = ["critical", "critical\n", "critical ", "new\nline", "new line", "tab\t", "tab ",
+              "nul\x00byte", "nul\ufffdbyte", "{n}", "{token}", "\u202eabc",
+              "x?\n\nSafe: this only deletes 0 jobs. OK"]
+
+
+def test_names_that_look_alike_read_differently_and_each_question_names_its_own(page, r):
+    # Given queues whose names differ only in blanks or control characters, or hold what a
+    # question fills ({n}) or what writes lines into it, two jobs each
+    for i, name in enumerate(LOOK_ALIKE):
+        r.sadd("queues", name)
+        r.lpush(f"queue:{name}", *(payload(f"{i}-{k}", queue=name) for k in range(2)))
+    # When the list is shown, Then each reads as queuedctl shows it: no two alike (all three
+    # critical read "critical", nul\0byte read as nul\ufffdbyte)
+    page.goto("/queues")
+    links = page.locator("#queues tbody td a")
+    shown = [links.nth(k).inner_text() for k in range(links.count())]
+    assert sorted(shown) == sorted(ctl_name(name) for name in LOOK_ALIKE)
+    assert ctl_name("critical\n") == '"critical\\n"' and ctl_name("nul\x00byte") == '"nul\\x00byte"'
+    shot(page, "queues-look-alike")
+    for name in LOOK_ALIKE:
+        # When its row's Clear is pressed (and confirmed)
+        before = {n: r.llen(f"queue:{n}") for n in LOOK_ALIKE}
+        page.goto("/queues")
+        row_of = page.locator("#queues tbody tr").filter(
+            has=page.get_by_text(ctl_name(name), exact=True))
+        row_of.locator("button[value=clear]").click()
+        page.wait_for_selector("p.flash")
+        # Then the question named it as shown, its own {n} filled and only that, the message
+        # named it so too, and exactly that queue was cleared
+        assert page.dialogs[-1] == f"Delete all 2 jobs of queue {ctl_name(name)}?"
+        assert page.inner_text("p.flash") == (f"cleared {ctl_name(name)}: 2 jobs deleted of the "
+                                              f"2 counted when asked (jobs pushed since stay)")
+        assert {n: r.llen(f"queue:{n}") for n in LOOK_ALIKE} == {**before, name: 0}

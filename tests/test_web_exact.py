@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 
 import queued
 from queued.admin.api import Admin
+from queued.admin.snapshot import Gone
 from queued.admin.web import create_app
 from queued.task import Task
 
@@ -373,3 +374,77 @@ def test_the_counted_answer_on_a_set_that_was_empty_does_nothing_and_says_so(cli
     assert flash_of(done.text) == ("deleted 0 jobs of the 0 counted when asked (the whole set "
                                    "then; any since are left)")
     assert r.zcard("dead") == 1 and not r.keys("queued:snapshot*")
+
+
+# --- red team RT4 ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("counted", ["\u00b2", "\u0663", "-1", "1_000", " 3"])
+def test_an_answer_whose_count_is_not_a_decimal_number_says_so_and_is_not_a_500(client, r,
+                                                                                  counted):
+    # Given a job in Retries counted for "Kill all" (RT4 #4: "²" is a digit to str.isdigit)
+    r.zadd("retry", {member("s1"): time.time() + 3600})
+    asked = client.get(count_urls(client.get("/retries").text)["kill"]).json()
+    # When the answer comes with a count that is not the decimal number the page sent
+    done = post(client, "/retries", action="kill", scope="all", snapshot=asked["token"],
+                counted=counted)
+    # Then the job is killed and the message says the count it did not read is unknown
+    assert done.status_code == 200
+    assert flash_of(done.text) == ("killed 1 job of the ? counted when asked (the whole set "
+                                   "then; any since are left)")
+    assert (r.zcard("retry"), r.zcard("dead")) == (0, 1)
+
+
+OTHER = ("nothing done: that question counted other jobs (another set, queue or search); "
+         "ask again")
+
+
+def test_a_question_is_answered_once_even_by_two_answers_at_once(client, r):
+    # Given Dead's 3 jobs counted for "Delete all"
+    r.zadd("dead", {member(f"old{i}"): i for i in range(3)})
+    asked = client.get(count_urls(client.get("/dead").text)["delete"]).json()
+    admin = Admin(r)
+    # When two answers take its copy at once (RT4 #5: both were taken; the second's message
+    # said "deleted 0 jobs of the 3 counted")
+    first = admin.dead.resume(asked["token"])
+    # Then the second finds it answered
+    with pytest.raises(Gone, match="answered already"):
+        admin.dead.resume(asked["token"])
+    with first:
+        assert admin.dead.delete_all(None, snapshot=first) == 3
+
+
+def test_a_question_s_token_acts_only_where_it_was_counted(producer, client, r):
+    # Given Dead's 2 jobs and Retries' 1 job, a task's errors, and a search on Retries
+    r.zadd("dead", {member(f"d{i}", klass="A"): i for i in range(2)})
+    r.zadd("retry", {member("r0", klass="A"): time.time() + 3600})
+    dead_token = client.get(count_urls(client.get("/dead").text)["delete"]).json()["token"]
+    search = client.get(count_urls(client.get("/retries?class=A").text)["kill"]).json()["token"]
+    task, _jids = a_task_with_errors(r)
+    task_token = client.get(f"/count/task/{task.id}?hold=1").json()["token"]
+    before = {k: sorted(r.zrange(k, 0, -1)) for k in ("dead", "retry")}
+    # When Dead's token answers Retries' "Delete all", the search's token another search
+    # (RT4 #5: "deleted 0 jobs of the 250 counted"), a task's Dead copy retries all of Dead
+    answers = [("/retries", dict(action="delete", scope="all", snapshot=dead_token)),
+               ("/retries", dict(action="kill", scope="all", f_class="B", snapshot=search)),
+               ("/retries", dict(action="kill", scope="all", snapshot=search)),
+               ("/dead", dict(action="retry", scope="all", snapshot=f"{task_token}-dead"))]
+    for path, form in answers:
+        # Then each is refused and does nothing
+        assert flash_of(post(client, path, counted="1", **form).text) == OTHER, form
+    assert {k: sorted(r.zrange(k, 0, -1)) for k in ("dead", "retry")} == before
+    # And the questions they were counted for are still answered by their own pages
+    done = post(client, "/dead", action="delete", scope="all", snapshot=dead_token, counted="2")
+    assert flash_of(done.text).startswith("deleted 2 jobs of the 2 counted")
+    done = post(client, "/retries?class=A", action="kill", scope="all", f_class="A",
+                snapshot=search, counted="1")
+    assert flash_of(done.text).startswith("killed 1 job of the 1 counted")
+
+
+@pytest.mark.parametrize("port", ["\u00b2", "\u0663", "+80", " 80"])
+def test_a_port_that_is_not_decimal_digits_is_refused_not_an_exception(port):
+    # (a Host header is read as latin-1: "localhost:\xb2" reached int() and raised)
+    from queued.admin.ctlweb import Usage, parse_bind
+    from queued.admin.hosts import parse_host
+    assert parse_host(f"localhost:{port}") is None
+    with pytest.raises(Usage):
+        parse_bind(f"127.0.0.1:{port}")

@@ -446,10 +446,11 @@ def test_names_that_are_not_utf8_are_listed_and_addressed_exactly(served, r):
         # its link opens its own page, with its own jobs
         own = c.get(attr(odd, "href"))
         assert own.status_code == 200
-        # (each byte marked as one: a queue named by the 8 characters \xff\xfe reads apart)
+        # (each byte marked as one, the name quoted as queuedctl shows it: a queue named by
+        # the 8 characters \xff\xfe reads apart)
         assert heading(own.text).startswith(
-            'Queue <code><span class="byte" title="a byte that is not UTF-8">\\xff</span>'
-            '<span class="byte" title="a byte that is not UTF-8">\\xfe</span></code>')
+            'Queue <code>"<span class="byte" title="a byte that is not UTF-8">\\xff</span>'
+            '<span class="byte" title="a byte that is not UTF-8">\\xfe</span>"</code>')
         assert queue_rows(own.text) == ["odd1", "odd2"]
         # its Pause pauses exactly it, its Clear clears exactly it
         token = token_of(own.text)
@@ -458,7 +459,7 @@ def test_names_that_are_not_utf8_are_listed_and_addressed_exactly(served, r):
         c.post(form, data={"csrf_token": token, "action": "pause"})
         assert r.smembers("paused") == {BAD}
         done = c.post(attr(odd, "action"), data={"csrf_token": token, "action": "clear"})
-        assert flash_of(done.text) == "cleared \\xff\\xfe: 2 jobs deleted"
+        assert flash_of(done.text) == 'cleared "\\xff\\xfe": 2 jobs deleted'
         assert r.llen(b"queue:" + BAD) == 0 and r.llen("queue:\ufffd\ufffd") == 1
         # the dead member that is not UTF-8 is listed, opens, and is deleted alone
         dead = c.get("/dead").text
@@ -481,7 +482,7 @@ def test_names_that_are_not_utf8_are_listed_and_addressed_exactly(served, r):
             "csrf_token": token_of(busy), "action": "quiet",
             **dict(re.findall(r'<input type="hidden" name="(identity~?)" value="([^"]*)">',
                               procs["host:\\xff:1"]))})
-        assert flash_of(done.text) == "quiet sent to host:\\xff:1"
+        assert flash_of(done.text) == 'quiet sent to "host:\\xff:1"'
         assert r.lrange(b"host:\xff:1-signals", 0, -1) == [b"TSTP"]
         # the task is listed, and its link opens its own page
         task_row = rows_by(c.get("/tasks").text, "data-task")["t\\xff"]

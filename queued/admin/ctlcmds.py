@@ -21,6 +21,7 @@ from ..suggest import did_you_mean
 from .api import Admin
 from .deadlimits import DeadLimits
 from .names import name_of, to_key
+from .snapshot import Gone, Snapshot
 from . import ctlout as out
 
 
@@ -233,7 +234,7 @@ def run_clear(ctx: Context, args) -> int:
         can_ask(args, f"clearing queue {shown}")
         with queue.snapshot() as snap:
             confirmed(args, f"Delete the {out.count(snap.count)} jobs of queue {shown}?",
-                      f"clearing queue {shown}")
+                      f"clearing queue {shown}", snap)
             with out.Bar(f"clear {shown}", snap.count) as bar:
                 cleared = queue.clear_counted(snap, progress=bar.callback)
     if args.json:
@@ -261,13 +262,20 @@ def can_ask(args, what: str) -> None:
         raise NeedYes(f"{what} needs --yes when stdin is not a terminal (nothing was done)")
 
 
-def confirmed(args, question: str, what: str) -> None:
-    """Go on only with --yes or a yes typed on the terminal."""
+def confirmed(args, question: str, what: str, snap: Snapshot | None = None) -> None:
+    """Go on only with --yes or a yes typed on the terminal; with ``snap``, the copy the
+    question counted, only while it is there (an answer after its TTL did nothing and said
+    "0 jobs deleted", exit 0: red team RT4, finding 2)."""
     if args.yes:
         return
     can_ask(args, what)
     if not out.confirm(question):
         raise Unhealthy("not confirmed; nothing was done")
+    if snap is not None:
+        try:
+            snap.claim()
+        except Gone as e:
+            raise Unhealthy(f"nothing done: {e}; ask again") from None
 
 
 # --- argument types ------------------------------------------------------------------------------

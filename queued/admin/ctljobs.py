@@ -239,7 +239,7 @@ def _act_on_all(source: JobSet | Queue, action: str, args) -> int:
         if not n:
             return 0
         confirmed(args, QUESTIONS[action].format(n=out.plural(n, "job"),
-                                                 set=_set_shown(args.set)), what)
+                                                 set=_set_shown(args.set)), what, snap)
         with out.Bar(f"{action} {args.set}", snap.count) as bar:
             return act(where, progress=bar.callback, snapshot=snap)
 

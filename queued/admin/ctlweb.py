@@ -30,7 +30,7 @@ than the bound address or an --allow-host name are refused (DNS rebinding)."""
 def parse_bind(text: str) -> tuple[str, int]:
     """``HOST:PORT``, ``[v6]:PORT`` or ``:PORT`` (loopback) -> (host, port)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise Usage(f"--bind must be HOST:PORT, not {text!r}")
     host = host.strip("[]") or "127.0.0.1"
     return host, int(port)

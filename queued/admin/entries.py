@@ -84,11 +84,11 @@ class Entry:
 
     @property
     def error_class(self) -> str:
-        return str(self._get("error_class") or "")
+        return text_of(self._get("error_class"))
 
     @property
     def error_message(self) -> str:
-        return str(self._get("error_message") or "")
+        return text_of(self._get("error_message"))
 
     @property
     def backtrace(self) -> list[str]:
@@ -117,6 +117,16 @@ class Entry:
                 "retry_count": self.retry_count,
                 "payload": self.msg if self.msg is not None else
                 self.raw.decode("utf-8", "replace")}
+
+
+def text_of(value: Any) -> str:
+    """A payload's field as text: a string as it is, nothing as "", anything else as its JSON
+    (an error class written as ["x"] read "['x']", Python's repr: red team RT4, finding 6)."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 @dataclass(frozen=True)
@@ -166,6 +176,13 @@ class Filter:
                 entry.args, ensure_ascii=False, separators=(",", ":")):
             return False
         return True
+
+    def spelled(self) -> str:
+        """The filter as one text, the same in every process (a question's copy is bound to
+        the search it counted: snapshot.py)."""
+        return json.dumps([self.klass, self.queue, self.error, self.arg,
+                           sorted(self.jids) if self.jids is not None else None, self.task,
+                           self.error_class])
 
     def pattern(self) -> bytes | None:
         """A ZSCAN/SCAN MATCH pattern every matching member fits (it narrows what Redis

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ..payload import job_class_name, to_epoch
+from .entries import text_of
 from .jobsets import JobSet
 
 #: Jobs Redis returns per ZSCAN call (fewer round trips than the bulk actions' 500: nothing is
@@ -82,5 +83,5 @@ def _failure(member: bytes, score: float,
     at = to_epoch(msg.get("retried_at")) or to_epoch(msg.get("failed_at"))
     if at is None and set_name == "dead":
         at = score
-    return (job_class_name(msg), str(msg.get("error_class") or ""),
-            str(msg.get("error_message") or ""), at)
+    return (job_class_name(msg), text_of(msg.get("error_class")),
+            text_of(msg.get("error_message")), at)

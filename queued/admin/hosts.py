@@ -27,7 +27,7 @@ def parse_host(value: str) -> tuple[str, int | None] | None:
         if not name or any(c in name for c in "/@[]\\ \t"):
             return None
         port = port if sep else None
-    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+    if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         return None
     return name, None if port is None else int(port)
 

@@ -103,15 +103,19 @@ class JobSet:
         return next(self.scan(Filter.of(jids=[jid]), limit=1), None)
 
     # --- a copy to count, then act on --------------------------------------------------------
-    def snapshot(self, held: bool = False) -> Snapshot:
+    def snapshot(self, held: bool = False, where: Filter | None = None,
+                 token: str | None = None) -> Snapshot:
         """A copy of the set (snapshot.py): ``with js.snapshot() as snap: n =
         js.count_in(snap, where); ...; js.delete_all(where, snapshot=snap)``. ``held``: kept
-        for an action in another request (the dashboard's question), resumed by its token."""
-        return Snapshot(self.r, self.keys, self.key, "zset", held=held)
+        for an action in another request (the dashboard's question), resumed by its token
+        with the same ``where`` (the search it counts for)."""
+        return Snapshot(self.r, self.keys, self.key, "zset", held=held, token=token,
+                        bound=_bound(where))
 
-    def resume(self, token: str) -> Snapshot:
-        """The copy a question held (snapshot.Gone when it is not there any more)."""
-        return Snapshot.resume(self.r, self.keys, token, "zset")
+    def resume(self, token: str, where: Filter | None = None) -> Snapshot:
+        """The copy a question held for ``where`` (snapshot.Gone when it is not there any
+        more, was answered already or counted another search)."""
+        return Snapshot.resume(self.r, self.keys, token, "zset", self.key, _bound(where))
 
     def count_in(self, snap: Snapshot, where: Filter | None = None) -> int:
         """How many jobs of the copy match ``where``: the number a question asks with."""
@@ -187,7 +191,8 @@ class JobSet:
         done = examined = 0
         for rows in snap.pages(BATCH):
             examined += len(rows)
-            batch = [e for e in (Entry(m, s, self.name) for m, s in rows) if where.matches(e)]
+            batch = [e for e in (Entry(m, s, self.name) for m, s in rows)
+                     if where.matches(e) and self._movable(action, e)]
             if batch:
                 done += self._act(action, batch, limits=limits)[0]
             if progress:
@@ -195,6 +200,14 @@ class JobSet:
         if progress and not examined:
             progress(0, 0)
         return done
+
+    def _movable(self, action: str, entry: Entry) -> bool:
+        """Whether a bulk action moves this member: a retry of Dead leaves what is not a job
+        (not JSON, not UTF-8, not an object) where it is. Pushed to its queue it came back to
+        Dead as an "unusable payload" at once, counted as retried (red team RT4, finding 6);
+        from Retries or Scheduled it goes, so that the daemon sends it to Dead with that
+        reason."""
+        return action != "queue" or self.name != "dead" or entry.msg is not None
 
     # --- the script ------------------------------------------------------------------------
     def _limits(self) -> DeadLimits:
@@ -254,6 +267,10 @@ class JobSet:
                           else 0) + 1
         msg["enqueued_at"] = now
         return dumps(msg)
+
+
+def _bound(where: Filter | None) -> str:
+    return where.spelled() if where else ""
 
 
 def act_together(action: str, sets: Sequence[JobSet], where: Filter | None = None,

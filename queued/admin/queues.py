@@ -67,7 +67,7 @@ class Queue:
         return Snapshot(self.r, self.keys, self.key, "list", held=held)
 
     def resume(self, token: str) -> Snapshot:
-        return Snapshot.resume(self.r, self.keys, token, "list")
+        return Snapshot.resume(self.r, self.keys, token, "list", self.key)
 
     def count_in(self, snap: Snapshot, where: Filter | None = None) -> int:
         if not where:

@@ -19,10 +19,17 @@ its count is taken on a copy it keeps (``held``, HELD_TTL at most) and names by 
 the question; the action resumes that copy (``Snapshot.resume``). An action on several keys
 copies them all in one step (``together``) before acting on any (finding 1: a job retried
 from ``retry`` that dies at once must not be retried again from ``dead``).
+
+Each copy leaves a mark, bound to what was counted (the key and the search: ``bound``), which
+the answer takes (``claim``, ``resume``): a question is answered once, by the action it was
+asked for (red team RT4, finding 5: one token posted twice at once was taken twice, a token
+counted on Dead was taken by the Retries page), and an answer after the copy has expired does
+nothing and says so (finding 2: queuedctl said "0 jobs deleted").
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import secrets
 from typing import Any, Callable, Iterator, Sequence
@@ -52,10 +59,12 @@ class Snapshot:
 
     def __init__(self, r: redis_lib.Redis, keys: Keys, key: str | bytes, kind: str, *,
                  take: bool = False, also: Callable[[Any], Any] | None = None,
-                 held: bool = False, token: str | None = None):
+                 held: bool = False, token: str | None = None, bound: str = ""):
         """``take``: move the key itself (RENAME, O(1)): the live key is emptied in the same
         step, as a clear does; ``also(pipe)`` adds commands to that step. ``held``: the copy
-        outlives the ``with`` (HELD_TTL) for an action that ``resume``s it by ``token``."""
+        outlives the ``with`` (HELD_TTL) for an action that ``resume``s it by ``token``.
+        ``bound``: what the copy is counted for besides its key (a search), which the answer
+        must name the same."""
         if kind not in ("zset", "list"):
             raise ValueError(f"no snapshot of a {kind}")
         self.r = r
@@ -66,30 +75,46 @@ class Snapshot:
         self.held = held
         self.token = token or secrets.token_hex(12)
         self.key = keys.snapshot(self.token)
-        #: Says a held copy was taken: a copy of an empty set is no key, and its answer must
-        #: still find it (and act on nothing), not take it for one answered already.
+        #: Says the copy was taken, for what (``_binding``), until its answer takes the mark:
+        #: a copy of an empty set is no key, and its answer must still find it (and act on
+        #: nothing), not take it for one answered already.
         self.mark = keys.snapshot_held(self.token)
+        self.binding = _binding(kind, key, bound)
         self.count = 0  #: how many elements the key held when the snapshot was taken
         self.resumed = False
 
     @classmethod
-    def resume(cls, r: redis_lib.Redis, keys: Keys, token: str, kind: str) -> Snapshot:
-        """The copy a question counted (``held``), to act on; Gone when it is not there (or
-        ``token`` is not one). Leaving the ``with`` deletes it: a question is answered once."""
+    def resume(cls, r: redis_lib.Redis, keys: Keys, token: str, kind: str,
+               key: str | bytes, bound: str = "") -> Snapshot:
+        """The copy a question counted (``held``) of ``key`` for ``bound``, to act on; Gone
+        when it is not there, was counted for something else, or ``token`` is not one. The
+        answer takes the copy's mark, once (``claim``); leaving the ``with`` deletes the copy."""
         if not isinstance(token, str) or not TOKEN.fullmatch(token):
             raise Gone(f"{token!r} is not a question's token")
-        snap = cls(r, keys, b"", kind, token=token)
-        snap.resumed = True
+        snap = cls(r, keys, key, kind, token=token, bound=bound)
+        snap.held = snap.resumed = True
+        if r.get(snap.mark) not in (None, snap.binding.encode()):
+            raise Gone("that question counted other jobs (another set, queue or search)")
+        snap.claim()
         pipe = r.pipeline(transaction=True)
-        pipe.exists(snap.mark)
         pipe.type(snap.key)
         pipe.zcard(snap.key) if kind == "zset" else pipe.llen(snap.key)
-        marked, found, count = pipe.execute(raise_on_error=False)
-        if not marked or found.decode() not in (kind, "none"):
-            raise Gone("the jobs counted for that question are gone (it was asked more than "
-                       f"{HELD_TTL // 60} minutes ago, or answered already)")
+        found, count = pipe.execute(raise_on_error=False)
+        if found.decode() not in (kind, "none"):
+            raise Gone(snap._gone())
         snap.count = int(count)
         return snap
+
+    def claim(self) -> None:
+        """The answer to the question this copy was counted for: Gone when the copy has
+        expired (an answer after its TTL) or another answer took it (DEL of the mark says
+        which answer is the one: two sent at once both found it there)."""
+        if self.r.delete(self.mark) != 1:
+            raise Gone(self._gone())
+
+    def _gone(self) -> str:
+        return ("the jobs counted for that question are gone (it was asked more than "
+                f"{(HELD_TTL if self.held else TTL) // 60} minutes ago, or answered already)")
 
     def __enter__(self) -> Snapshot:
         if self.resumed:  # (the copy exists already)
@@ -116,8 +141,7 @@ class Snapshot:
         else:
             pipe.execute_command("COPY", self.source, self.key)
         pipe.expire(self.key, HELD_TTL if self.held else TTL)
-        if self.held:
-            pipe.set(self.mark, 1, ex=HELD_TTL)
+        pipe.set(self.mark, self.binding, ex=HELD_TTL if self.held else TTL)
         if self.also:
             self.also(pipe)
 
@@ -153,6 +177,14 @@ class Snapshot:
             if len(rows) < batch:
                 return
             start += batch
+
+
+def _binding(kind: str, key: str | bytes, bound: str) -> str:
+    """What a copy is counted for, as its mark holds it: its key (as bytes: a name that is not
+    UTF-8 too) and ``bound``."""
+    raw = key if isinstance(key, bytes) else key.encode("utf-8", "surrogatepass")
+    text = f"{kind}\0{raw.hex()}\0{bound}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(text).hexdigest()
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from .api import Admin
 from .entries import Filter
 from .jobsets import act_together
 from .names import to_key
-from .snapshot import Snapshot, together
+from .snapshot import together
 
 #: The callbacks a task may have, and the field of its hash that says it was pushed.
 KINDS = (("on_complete", "complete", "completed_at"), ("on_success", "success", "succeeded_at"))
@@ -80,7 +80,7 @@ def count(admin: Admin, task: Task) -> dict:
     the action that answers the question (``retry_errors(..., token)``)."""
     where = Filter.of(task=task.id)
     token = secrets.token_hex(12)
-    snaps = [Snapshot(admin.r, admin.keys, js.key, "zset", held=True, token=f"{token}-{name}")
+    snaps = [js.snapshot(held=True, where=where, token=f"{token}-{name}")
              for name, js in (("retry", admin.retries), ("dead", admin.dead))]
     with together(snaps):
         retry, dead = (js.count_in(snap, where)
@@ -96,7 +96,7 @@ def retry_errors(admin: Admin, task: Task, token: str | None = None) -> tuple[in
     if token is None:
         waiting, dead = act_together("retry", sets, where)
         return waiting, dead
-    snaps = [js.resume(f"{token}-{name}") for name, js in zip(("retry", "dead"), sets)]
+    snaps = [js.resume(f"{token}-{name}", where) for name, js in zip(("retry", "dead"), sets)]
     with snaps[0], snaps[1]:
         waiting, dead = act_together("retry", sets, where, snapshots=snaps)
     return waiting, dead

@@ -17,9 +17,11 @@ from typing import Any
 
 from markupsafe import Markup
 
+from ..ctltext import UNSAFE, escape_char
+from ..ctltext import name as ctl_name
+
 #: A code point UTF-8 cannot encode: a surrogate.
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_SURROGATE_SPLIT = re.compile("([\ud800-\udfff])")
 
 
 def visible(text: str) -> str:
@@ -119,22 +121,49 @@ def plural(n: int, word: str, words: str | None = None) -> str:
 
 
 def marked(name: str) -> str | Markup:
-    """A name as text, each byte that is not UTF-8 shown as ``\xff`` and marked as such (a
-    queue named by the four characters ``\xff`` reads differently)."""
-    if not _SURROGATE.search(name):
-        return name
-    parts = _SURROGATE_SPLIT.split(name)
-    return Markup("").join(
-        Markup('<span class="byte" title="a byte that is not UTF-8">%s</span>') % visible(p)
-        if _SURROGATE.fullmatch(p) else p for p in parts if p)
+    """A name as queuedctl shows it (ctltext.name): as it is when nothing else can look the
+    same; else in double quotes, each character a page would not show (a newline, a tab, a NUL,
+    a bidi override, a byte that is not UTF-8) escaped and marked, so ``critical``,
+    ``"critical\\n"`` and ``"critical "`` read differently (red team RT4, finding 3: all
+    three read "critical", ``nul\\0byte`` read as ``nul\ufffdbyte``). The empty name is
+    left empty (the pages label it: ``shown``, "(empty name)")."""
+    text = str(name)
+    if not text or ctl_name(text) == text:
+        return text
+    parts: list = ['"']
+    last = ""
+    for c in text:
+        if c in '\\"':
+            parts.append("\\" + c)
+        elif c == " " and last == " ":
+            parts.append(_escaped("\\x20", "a second space"))
+        elif UNSAFE.match(c):
+            parts.append(_escaped(escape_char(c), "a byte that is not UTF-8"
+                                  if 0xDC80 <= ord(c) <= 0xDCFF else "a character shown escaped"))
+        else:
+            parts.append(c)
+        last = c
+    parts.append('"')
+    return Markup("").join(parts)
+
+
+def _escaped(text: str, why: str) -> Markup:
+    cls = "byte" if why.startswith("a byte") else "esc"
+    return Markup('<span class="%s" title="%s">%s</span>') % (cls, why, text)
 
 
 def shown(name: str) -> str | Markup:
-    """A name as a link's text: an empty or blank one says so (a link with no text cannot
-    be seen or clicked); bytes that are not UTF-8 marked."""
-    if not name.strip():
-        return Markup('<em class="noname">(%s name)</em>') % ("empty" if not name else "blank")
+    """A name as a link's text: the empty one says so (a link with no text cannot be seen or
+    clicked); any other as ``marked`` (a blank one quoted)."""
+    if not name:
+        return Markup('<em class="noname">(empty name)</em>')
     return marked(name)
+
+
+def in_question(name: str) -> str:
+    """A name in a confirmation's question (plain text: an attribute), as queuedctl shows it,
+    its braces doubled so app.js fills only the question's own ``{n}``."""
+    return ctl_name(str(name)).replace("{", "{{").replace("}", "}}")
 
 
 def raw_text(raw: bytes) -> str:
@@ -150,4 +179,4 @@ def member_id(raw: bytes) -> str:
 FILTERS = {"ago": ago, "duration": duration, "utc": utc, "utc_text": utc_text, "iso": iso,
            "compact": compact, "pretty": pretty, "number": number, "plural": plural,
            "shown": shown, "marked": marked, "visible": visible, "raw_text": raw_text,
-           "member_id": member_id}
+           "member_id": member_id, "in_question": in_question}

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from ..ctlprocs import describe_hang
+from ..ctltext import name as ctl_name
 from .filters import plural
 from .render import act, form_text, form_texts, render, web_of
 
@@ -41,9 +42,9 @@ async def signal(request: Request):
             return f"{action} sent to {plural(len(live), 'process', 'processes')}"
         process = web.admin.process(identity)
         if process is None:
-            return f"no live process {identity}"
+            return f"no live process {ctl_name(identity)}"
         process.signal(SIGNALS[action])
-        return f"{action} sent to {identity}"
+        return f"{action} sent to {ctl_name(identity)}"
     return await act(request, work, "busy")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.routing import Route
 
+from ..ctltext import name as ctl_name
 from ..periodicjobs import NoSuchJob, enqueue_now, pushed_text, schedules, set_status, \
     status_text
 from .render import act, form_text, render, web_of
@@ -24,10 +25,11 @@ async def cron_action(request: Request):
         name, action = form_text(form, "name"), str(form.get("action", ""))
         try:
             if action == "enqueue":
-                return pushed_text(name, enqueue_now(web.r, web.keys, name))
+                return pushed_text(ctl_name(name), enqueue_now(web.r, web.keys, name))
             if action in ("enable", "disable"):
                 status = action + "d"
-                return status_text(name, set_status(web.r, web.keys, name, status), status)
+                return status_text(ctl_name(name), set_status(web.r, web.keys, name, status),
+                                   status)
         except NoSuchJob as e:
             return str(e)
         return f"unknown action {action!r}"

@@ -106,7 +106,7 @@ def count(request: Request):
     where = filter_of(request.query_params)
     if request.query_params.get("hold"):  # (a question's: the copy is kept for its answer)
         web_of(request).csrf.header(request)
-        with js.snapshot(held=True) as snap:
+        with js.snapshot(held=True, where=where) as snap:
             n = js.count_in(snap, where)
         return JSONResponse({"count": n, "size": snap.count, "token": snap.token},
                             headers={"cache-control": "no-store"})
@@ -175,7 +175,7 @@ async def action(request: Request):
 def _on_counted(js: JobSet, what: str, where: Filter, form) -> str:
     """Act on the jobs of the copy the question counted (its token in the form)."""
     try:
-        snap = js.resume(str(form.get("snapshot")))
+        snap = js.resume(str(form.get("snapshot")), where)
     except Gone as e:
         return f"nothing done: {e}; ask again"
     with snap:

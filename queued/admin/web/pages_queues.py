@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ..ctltext import name as ctl_name
 from ..entries import Entry
 from ..queues import Queue
 from ..snapshot import Gone
@@ -52,7 +53,7 @@ async def queue_action(request: Request):
     name = path_param(request, "name")
 
     def work(web, form) -> str:
-        q = web.admin.queue(name)
+        q, shown = web.admin.queue(name), ctl_name(name)  # (as queuedctl shows it)
         action = form.get("action")
         one = str(form.get("one") or "")
         if one:  # a row's own button: "delete|PLACE|DIGEST"
@@ -60,9 +61,9 @@ async def queue_action(request: Request):
             if action in JOB_ACTIONS:
                 return _on_jobs(q, action, [row])
         if action == "pause":
-            return f"paused {name}" if q.pause() else f"{name} was paused already"
+            return f"paused {shown}" if q.pause() else f"{shown} was paused already"
         if action == "unpause":
-            return f"unpaused {name}" if q.unpause() else f"{name} was not paused"
+            return f"unpaused {shown}" if q.unpause() else f"{shown} was not paused"
         if action == "clear":
             return _clear(q, form)
         if action in JOB_ACTIONS:
@@ -75,15 +76,15 @@ async def queue_action(request: Request):
 def _clear(q: Queue, form) -> str:
     """The jobs the question counted (its copy's token in the form), else every job now."""
     if not form.get("snapshot"):
-        return f"cleared {q.name}: {plural(q.clear(), 'job')} deleted"
+        return f"cleared {ctl_name(q.name)}: {plural(q.clear(), 'job')} deleted"
     try:
         snap = q.resume(str(form.get("snapshot")))
     except Gone as e:
         return f"nothing done: {e}; ask again"
     with snap:
         n = q.clear_counted(snap)
-    return (f"cleared {q.name}: {plural(n, 'job')} deleted of the {counted_of(form)} counted "
-            f"when asked (jobs pushed since stay)")
+    return (f"cleared {ctl_name(q.name)}: {plural(n, 'job')} deleted of the "
+            f"{counted_of(form)} counted when asked (jobs pushed since stay)")
 
 
 def queue_count(request: Request):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -150,18 +151,25 @@ def form_texts(form: FormData, field: str) -> list[str]:
     return found
 
 
+#: Characters a hidden field may not carry as they are: a browser sends a field's newline as
+#: CRLF (red team RT1, finding 9, "no periodic job named 'x\\r\\ny'") and reads a NUL in an
+#: attribute as U+FFFD (RT4, finding 1: a search's "delete every match" of class y<NUL>z
+#: deleted the jobs of class y<U+FFFD>z); every other control character goes the same way.
+NOT_AS_IS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def in_form_as_is(value: Any) -> bool:
     """Whether a hidden field carries ``value`` as it is: text UTF-8 can encode, without a
-    carriage return or a line feed (a browser sends a field's newline as CRLF: red team RT1,
-    finding 9, "no periodic job named 'x\\r\\ny'"). Anything else goes as ``<field>~``."""
-    return isinstance(value, str) and is_exact(value) and "\r" not in value and \
-        "\n" not in value
+    control character (NOT_AS_IS). Anything else goes as ``<field>~``."""
+    return isinstance(value, str) and is_exact(value) and not NOT_AS_IS.search(value)
 
 
 def counted_of(form: FormData) -> str:
-    """The number a question asked with, as the form sends it back (for the message)."""
+    """The number a question asked with, as the form sends it back (for the message): ASCII
+    digits only (str.isdigit() takes "²", which int() refuses: a 500 after the action had been
+    done, RT4 #4)."""
     text = str(form.get("counted", ""))
-    return f"{int(text):,}" if text.isdigit() else "?"
+    return f"{int(text):,}" if re.fullmatch("[0-9]+", text) else "?"
 
 
 class NameConvertor(Convertor):

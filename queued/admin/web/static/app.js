@@ -13,11 +13,13 @@
   // the server's answer). The server counts on a copy of the set that it keeps for the answer;
   // the form sends that copy's token and the number back, and the action acts on at most the
   // jobs counted (a job that arrives while the question is read is left).
+  // A name in the question has its braces doubled (filters.in_question): only the question's
+  // own {n} is filled, in one pass (a queue named {n} read "Delete all 2 jobs of queue 2?").
   function ask(button, doc) {
     var text = button.dataset.confirm;
-    if (doc === null) return window.confirm(text);
-    return window.confirm(text.replace(/\{(\w+)\}/g, function (whole, name) {
-      return name in doc ? fmt(doc[name]) : whole;
+    return window.confirm(text.replace(/\{\{|\}\}|\{(\w+)\}/g, function (whole, name) {
+      if (!name) return whole.charAt(0);
+      return doc !== null && name in doc ? fmt(doc[name]) : whole;
     }));
   }
 
