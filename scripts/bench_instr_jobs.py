@@ -16,13 +16,11 @@ per-job path with nothing, to weigh it: the instructions it costs are the differ
 import importlib
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_jobs import BenchJob  # noqa: E402,F401 - the job the daemon runs
+from bench_jobs import BenchJob, CpuJob  # noqa: E402,F401 - the jobs the daemon runs
 
-import queued  # noqa: E402
 
 FOREVER = 1e9
 
@@ -41,16 +39,6 @@ for _module in ("queued.server.worker", "queued.worker"):
 for _module in ("queued.server.runner", "queued.worker"):
     _patch(_module, "SLOW_JOB", FOREVER)
 _patch("queued.server.giveback", "HOLD_LIMIT", FOREVER)
-
-
-class CpuJob(queued.Job):
-    """Burns ``ms`` milliseconds of its own CPU (thread time), then does BenchJob's INCR."""
-
-    def perform(self, total, ms=1.0):
-        end = time.thread_time() + ms / 1000
-        while time.thread_time() < end:
-            pass
-        BenchJob.perform(self, total)
 
 
 def _nothing(*args, **kwargs):

@@ -19,6 +19,17 @@ class BenchJob(queued.Job):
                   repr(time.time()))
 
 
+class CpuJob(queued.Job):
+    """Burns ``ms`` milliseconds of its own CPU (thread time), then does BenchJob's INCR: the
+    CPU-bound workload (scripts/bench_instr.py --job CpuJob, scripts/bench --quick)."""
+
+    def perform(self, total, ms=1.0):
+        end = time.thread_time() + ms / 1000
+        while time.thread_time() < end:
+            pass
+        BenchJob.perform(self, total)
+
+
 class LatencyJob(queued.Job):
     """Records how long after its push (``enqueued_at``) or its due time it started."""
 

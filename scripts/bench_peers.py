@@ -66,7 +66,7 @@ import redis
 import queued
 from bench_configs import CHOSEN, PEERS_DIR, Catalogue, System, select
 from benchlib import (ROOT, ProcessTree, RedisServer, bare_round_trips, baseline, collect, pct,
-                      rates)
+                      rates, redis_cpu)
 
 #: What the peers' virtualenv holds. Pinned so that a rerun measures the same code; hiredis
 #: because queued has it (redis-py picks it up by itself).
@@ -141,9 +141,11 @@ def workload(system: System, r, n: int) -> dict:
     r.flushall()
     bulk = drive(system, "fill", "bulk", n, n)
     load = os.getloadavg()[0]
+    cpu0 = redis_cpu(r)
     tree = start(system)
     try:
         wait_for(r, "bench:last", tree, timeout=60 + n / 20)
+        redis_us = (redis_cpu(r) - cpu0) / n * 1e6  # its boot included, as queued's
         time.sleep(1.0)
         pss_after = tree.pss_mib()
     finally:
@@ -151,6 +153,7 @@ def workload(system: System, r, n: int) -> dict:
     after_warm, from_first = rates(r, n)
     return {"jobs": n, "throughput": after_warm, "from_first": from_first,
             "enqueue_bulk": bulk["rate"], "bulk_api": bulk["api"], "pss_after": pss_after,
+            "redis_cpu_us": redis_us,
             "load": load, "killed": tree.killed}
 
 
@@ -329,12 +332,14 @@ def table_systems(catalogue: Catalogue, spec: str) -> list[System]:
     return select(catalogue.all(), ",".join(dict.fromkeys(wanted)))
 
 
-def save(kind: str, payload: dict) -> str:
+def save(kind: str, payload: dict, indent: int | None = 1) -> str:
+    """``payload`` in var/bench-<kind>-<date>.json (one line if ``indent`` is None)."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     os.makedirs(os.path.join(ROOT, "var"), exist_ok=True)
     out = os.path.join(ROOT, "var", f"bench-{kind}-{stamp}.json")
     with open(out, "w") as f:
-        json.dump(payload, f, indent=1)
+        json.dump(payload, f, indent=indent)
+        f.write("\n")
     return os.path.relpath(out, ROOT)
 
 
