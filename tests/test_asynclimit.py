@@ -65,3 +65,45 @@ def test_a_job_that_loses_every_cancel_gets_a_jobtimeout_at_its_next_step():
     outcome, elapsed = asyncio.run(limited(0.2, loses_them_all, every=0.1))
     assert outcome == "JobTimeout: job exceeded its 0.2s timeout and was cancelled"
     assert 0.3 <= elapsed < 0.6
+
+
+def test_the_time_excused_for_a_loop_held_by_others_is_at_most_the_excuse():
+    pieces = []  # the holder's pieces done, one entry each
+
+    async def main():
+        async def waits():
+            await asyncio.sleep(5)
+
+        async def holds_in_pieces():  # (a job without a limit: 6 holds of 0.3 s, awaits between)
+            for _ in range(6):
+                time.sleep(0.3)
+                pieces.append(1)
+                await asyncio.sleep(0)
+
+        limit_job = asyncio.ensure_future(limited_with_excuse(0.2, waits, 0.3, pieces))
+        await asyncio.sleep(0.01)
+        await holds_in_pieces()
+        return await limit_job
+
+    # Given a 0.2 s limit whose excuse is 0.3 s (half the grace: the master's kill does not
+    # move with it), a job that only waits, beside another holding the loop 1.8 s in pieces
+    # of 0.3 s
+    outcome, at = asyncio.run(main())
+    # Then it is cancelled at the first turn of the loop past its limit and the whole excuse
+    # (0.5 s: after the holder's 2nd piece, or its 3rd if the holder's turn came first), not
+    # as the holds keep moving its limit (rt5 finding 1: excused without end, it outlived the
+    # master's deadline and its process was killed; unbounded, the cancel came after 4 or 5)
+    assert outcome == "cancelled" and at in (2, 3), at
+
+
+async def limited_with_excuse(seconds: float, body, excuse: float, pieces: list):
+    """As ``limited``, with an excuse; ("done" | "cancelled", the holder's pieces by then)."""
+    limit = AsyncLimit(seconds, 0.05, "job", excuse)
+    try:
+        limit.inside = True
+        await limit.timed(body())
+        return "done", len(pieces)
+    except asyncio.CancelledError:
+        return ("cancelled" if limit.expired else "cancelled by another"), len(pieces)
+    finally:
+        limit.close()

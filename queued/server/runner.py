@@ -118,6 +118,7 @@ class Runner:
             1, thread_name_prefix="queued-ends") if offload_ends else None)
         self._loop: asyncio.AbstractEventLoop | None = None  # (one job at a time: its own)
         self.recancel = recancel_every(config.timeout_grace)  # (an async job past its limit)
+        self.excuse = config.timeout_grace / 2  # (its limit moved for a loop held by others)
 
     @property
     def held(self) -> list:
@@ -242,7 +243,8 @@ class Runner:
         start = time.monotonic()
         job, error = None, None
         # (cancelled at its limit and again until it ends: asynclimit.py)
-        limit = (AsyncLimit(run.timeout, self.recancel, f"{msg['class']} (jid {msg['jid']})")
+        limit = (AsyncLimit(run.timeout, self.recancel, f"{msg['class']} (jid {msg['jid']})",
+                            self.excuse)
                  if run.timeout else None)
         try:
             job = self._instance(run)
