@@ -83,13 +83,13 @@ def test_a_worker_looks_only_after_a_job_the_master_could_have_judged_slow(r, ma
 
 
 def test_a_running_job_sharing_its_jid_with_a_finished_one_is_never_given_back(r, make_fetcher):
-    # Given a batch: a finished job (its ack not sent yet) and the running one share a jid, and
-    # two more wait behind (rt2 finding 5: the finished one was kept, the running one put back,
-    # and it ran twice at once)
+    # Given a batch: a finished job (its ack not sent yet), the running one and the next one
+    # share a jid, and one more waits behind (rt2 finding 5: the finished one was kept, the
+    # running one put back, and it ran twice at once)
     f = make_fetcher()
     same = [json.dumps({"class": "Tagged", "args": [tag], "jid": "x" * 24}).encode()
-            for tag in ("finished", "running")]
-    r.lpush("queue:default", *same, job(3), job(4))
+            for tag in ("finished", "running", "later")]
+    r.lpush("queue:default", *same, job(4))
     batch = f.reserve(4)
     table = SlotTable(1)
     w = SlotWriter(table, 0, 4242)
@@ -98,8 +98,9 @@ def test_a_running_job_sharing_its_jid_with_a_finished_one_is_never_given_back(r
     # When the running one has run past the hold limit
     time.sleep(HOLD_LIMIT)
     gb.step(r, K, FETCH_IDENTITY, CFG, table, {0: 4242})
-    # Then only the two behind it went back; it and the finished one stay reserved
-    assert r.lrange("queue:default", 0, -1) == [job(4), job(3)]
+    # Then only the two behind it went back (the later one of its jid too); it and the
+    # finished one stay reserved
+    assert r.lrange("queue:default", 0, -1) == [job(4), same[2]]
     assert r.zrange(K.reserved(FETCH_IDENTITY, 0), 0, -1) == [b.member for b in batch[:2]]
     # And the master still finds the running one, though its record counts two behind it
     running = Running.of(table.read(0))

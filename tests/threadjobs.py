@@ -15,6 +15,7 @@ SPIN = "t:spin"          # list of jids whose Python loop got its JobTimeout
 CLEANUP = "t:cleanup"    # list of jids whose async job ran its cleanup after cancellation
 STARTS = "t:starts"      # list of "<jid> <monotonic start>" (async jobs)
 LOOPS = "t:loops"        # hash jid -> "<pid>|<thread name>|<id of the running loop>" (AsyncNap)
+CANCELS = "t:cancels"    # hash jid -> cancels its task had pending as it ended (AsyncGateWait)
 log = logging.getLogger("app.threaded")
 
 
@@ -179,6 +180,9 @@ class AsyncGateWait(queued.Job):
         await r.hincrby(RUNS, self.jid, 1)
         while not await r.exists(GATE + tag):
             await asyncio.sleep(0.01)
+        # (a cancel a library lost is still pending: Task.cancelling, Python 3.11+)
+        task = asyncio.current_task()
+        await r.hset(CANCELS, self.jid, getattr(task, "cancelling", lambda: 0)())
         await r.hincrby(DONE, self.jid, 1)
 
 

@@ -196,4 +196,8 @@ def test_async_jobs_that_only_waited_on_a_held_loop_are_not_charged(daemon, prod
     wait_for(lambda: all(done(r).get(j) == 1 for j in [*waiters, holder]), 20,
              what="all done")
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    # And each ran once (a cancelled run retried would end too), and no cancel was made (one
+    # a library lost would let it end as if uncharged)
+    assert {j: runs(r).get(j) for j in waiters} == {j: 1 for j in waiters}
+    assert counts(r, threadjobs.CANCELS) == {j: 0 for j in waiters}
     assert d.stop() == 0

@@ -15,6 +15,7 @@ from threadjobs import Blocks, Counted, Held, NotThreadSafe, Spin
 
 from ctlrun import ctl
 from harness import counts, wait_for, zjobs
+from queued.keys import Keys
 from queued.task import Task
 
 JOBS = ("jobs.py", "threadjobs.py")
@@ -299,7 +300,11 @@ def test_a_process_takes_one_job_to_run_alone_at_a_time_the_rest_stay_queued(
     # may take them (rt2 finding 3: one took 25 in one fetch and ran them one by one while
     # the other sat idle and the queue showed 0)
     wait_for(lambda: len(runs(r)) == 2 and r.llen("queue:default") == 4, 10,
-             what="2 running, one per process, 4 still queued")
+             what="2 running, 4 still queued")
+    # (each process's reserved jobs: the one it runs, no other)
+    held = [[json.loads(m.split(b"\0", 2)[2])["jid"]
+             for m in r.zrange(Keys().reserved(d.identity(), slot), 0, -1)] for slot in (0, 1)]
+    assert [len(jids) for jids in held] == [1, 1] and {*held[0], *held[1]} == set(runs(r))
     # And once the gate opens each runs once
     jobs.open_gate(r, "suspects")
     jids = [json.loads(p)["jid"] for p in pushed]
