@@ -147,9 +147,12 @@ def test_a_thousand_jobs_read_and_write_rows_through_kill_hup_and_recycling(djan
     assert not before_hup & set(d.worker_pids())
     wait_for(lambda: done() == 1000 and r.llen("queue:default") == 0, 120, what="1,000 jobs")
     assert d.stop() == 0
-    # Then every job ran (one killed mid-job may have run twice), none failed
+    # Then every job ran, none failed, and only jobs of the killed worker's batch ran twice:
+    # at most its prefetch of 2 (the job it was running, and one it had finished whose ack
+    # was still on its way: an ack rides with the worker's next Redis call, and reliable fetch
+    # runs a job again rather than lose it)
     runs = list(Item.objects.values_list("runs", flat=True))
-    assert min(runs) == 1 and sum(runs) - 1000 <= 1
+    assert min(runs) == 1 and sum(runs) - 1000 <= 2
     assert zjobs(r, "retry") == [] and zjobs(r, "dead") == []
     assert int(r.get("stat:processed")) >= 1000
     # And no database connection was ever shared: each backend served one worker process
