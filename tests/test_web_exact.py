@@ -20,29 +20,22 @@ from starlette.testclient import TestClient
 import queued
 from queued.admin.api import Admin
 from queued.admin.snapshot import Gone
-from queued.admin.web import create_app
 from queued.task import Task
 
 from ctlrun import ctl, ctl_json
 from test_admin_exact import ODD, member, php_json
 from test_web import flash_of, rows_by
+import test_web_oncall
+from test_web_oncall import token_of
+
+
+#: the dashboard of test_web_oncall.py (a fixed secret; the page's token sent as app.js does)
+client = test_web_oncall.client
 
 
 class Job(queued.Job):
     def perform(self, n):
         pass
-
-
-@pytest.fixture
-def client(r):
-    with TestClient(create_app(r, secret_key="s3cret"), base_url="http://localhost") as c:
-        # (as app.js does: a count kept for a question sends the page's token)
-        c.headers["x-csrf-token"] = token_of(c.get("/dead").text)
-        yield c
-
-
-def token_of(page: str) -> str:
-    return re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
 
 
 def post(client, path: str, **form):
@@ -170,6 +163,20 @@ def a_task_with_errors(r):
     return task, jids
 
 
+def bury_each_retry(client, r) -> None:
+    """Each job the dashboard retries from Retries dies at once: its retry buries it in dead
+    (so a walk of Dead after Retries would meet it again)."""
+    admin = client.app.state.web.admin
+    act = admin.retries._act
+
+    def retried_then_dead(action, entries, *a, **kw):
+        done = act(action, entries, *a, **kw)
+        while (raw := r.rpop("queue:default")) is not None:
+            r.zadd("dead", {json.dumps({**json.loads(raw), "error_message": "buried"}): 1})
+        return done
+    admin.retries._act = retried_then_dead
+
+
 def test_a_tasks_errors_are_counted_where_they_can_be_retried_and_retried_once(
         producer, client, r):
     task, jids = a_task_with_errors(r)
@@ -182,15 +189,7 @@ def test_a_tasks_errors_are_counted_where_they_can_be_retried_and_retried_once(
     assert {k: asked[k] for k in ("count", "retry", "dead")} == {"count": 5, "retry": 3,
                                                                   "dead": 2}
     # When each job retried from Retries dies at once (its retry buries it)
-    state = client.app.state.web
-    act = state.admin.retries._act
-
-    def retried_then_dead(action, entries, *a, **kw):
-        done = act(action, entries, *a, **kw)
-        while (raw := r.rpop("queue:default")) is not None:
-            r.zadd("dead", {json.dumps({**json.loads(raw), "error_message": "buried"}): 1})
-        return done
-    state.admin.retries._act = retried_then_dead
+    bury_each_retry(client, r)
     done = post(client, f"/tasks/{task.id}", action="retry_errors", snapshot=asked["token"],
                 counted="5")
     # Then each was retried once: 3 from Retries, the 2 dead at the click
@@ -204,15 +203,7 @@ def test_a_tasks_errors_are_counted_where_they_can_be_retried_and_retried_once(
 def test_without_the_question_s_count_both_sets_are_copied_before_either_is_walked(
         producer, client, r):
     task, jids = a_task_with_errors(r)
-    state = client.app.state.web
-    act = state.admin.retries._act
-
-    def retried_then_dead(action, entries, *a, **kw):
-        done = act(action, entries, *a, **kw)
-        while (raw := r.rpop("queue:default")) is not None:
-            r.zadd("dead", {json.dumps({**json.loads(raw), "error_message": "buried"}): 1})
-        return done
-    state.admin.retries._act = retried_then_dead
+    bury_each_retry(client, r)
     done = post(client, f"/tasks/{task.id}", action="retry_errors")
     assert flash_of(done.text) == (f"retried 5 jobs of task {task.id} now (3 from Retries, 2 "
                                    f"from Dead)")
