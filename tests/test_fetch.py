@@ -78,6 +78,29 @@ def test_reserve_n_takes_up_to_n_with_increasing_scores(r, fetcher):
     assert r.zcard(RESERVED) == 0
 
 
+def test_a_batch_is_scored_at_redis_time_plus_one_microsecond_per_job(r, fetcher):
+    """reserve.lua writes each score and token with integer formats (issue 18: no float
+    sprintf per job): the score is the call's TIME plus the job's place in microseconds, to
+    the microsecond, and the token is TIME.place, unique per reservation; 50 jobs take the
+    token's table of small places and the formatted ones past it."""
+    r.lpush("queue:default", *(job(i) for i in range(50)))
+    t0 = r.time()
+    got = fetcher.reserve(50)
+    t1 = r.time()
+    assert [g.payload for g in got] == [job(i) for i in range(50)]
+    members = reserved(r)
+    assert [m for m, _ in members] == [g.member for g in got]
+    tokens = [m.split(b"\0", 2)[1].decode() for m, _ in members]
+    sec, usec = (int(x) for x in tokens[0].split(".")[:2])
+    assert t0 <= (sec, usec) <= t1
+    assert tokens == [f"{sec}.{usec}.{place}" for place in range(6, 56)]
+    for place, (_, score) in zip(range(6, 56), members):
+        whole, micro = divmod(sec * 1_000_000 + usec + place, 1_000_000)
+        assert score == float(f"{whole}.{micro:06d}")
+        assert abs(score - (sec + (usec + place) / 1e6)) < 5e-7
+    assert [s for _, s in members] == sorted({s for _, s in members})
+
+
 def test_strict_order_drains_the_first_queue_first(r, make_fetcher):
     f = make_fetcher(queues=("high", "low"))
     r.lpush("queue:low", job(1, "low"), job(2, "low"))
