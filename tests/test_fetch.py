@@ -78,6 +78,29 @@ def test_reserve_n_takes_up_to_n_with_increasing_scores(r, fetcher):
     assert r.zcard(RESERVED) == 0
 
 
+def test_a_batch_is_scored_at_redis_time_plus_one_microsecond_per_job(r, fetcher):
+    """reserve.lua writes each score and token with integer formats (issue 18: no float
+    sprintf per job): the score is the call's TIME plus the job's place in microseconds, to
+    the microsecond, and the token is TIME.place, unique per reservation; 50 jobs take the
+    token's table of small places and the formatted ones past it."""
+    r.lpush("queue:default", *(job(i) for i in range(50)))
+    t0 = r.time()
+    got = fetcher.reserve(50)
+    t1 = r.time()
+    assert [g.payload for g in got] == [job(i) for i in range(50)]
+    members = reserved(r)
+    assert [m for m, _ in members] == [g.member for g in got]
+    tokens = [m.split(b"\0", 2)[1].decode() for m, _ in members]
+    sec, usec = (int(x) for x in tokens[0].split(".")[:2])
+    assert t0 <= (sec, usec) <= t1
+    assert tokens == [f"{sec}.{usec}.{place}" for place in range(6, 56)]
+    for place, (_, score) in zip(range(6, 56), members):
+        whole, micro = divmod(sec * 1_000_000 + usec + place, 1_000_000)
+        assert score == float(f"{whole}.{micro:06d}")
+        assert abs(score - (sec + (usec + place) / 1e6)) < 5e-7
+    assert [s for _, s in members] == sorted({s for _, s in members})
+
+
 def test_strict_order_drains_the_first_queue_first(r, make_fetcher):
     f = make_fetcher(queues=("high", "low"))
     r.lpush("queue:low", job(1, "low"), job(2, "low"))
@@ -700,6 +723,59 @@ def test_a_queue_that_is_not_a_list_is_not_named_when_it_is_not_tried(r, make_fe
     r.lpush("queue:default", job(1))
     assert len(f.reserve(1)) == 1
     assert f.bad_queues == [] and f.checked_all is False
+
+
+def test_every_field_of_one_reserve_reply_is_read_from_its_place(r, make_fetcher, caplog):
+    """reserve.lua answers one flat array (counts first, then the members, then the names of
+    the broken and the paused queues): one call that has adopted members, landed jobs, a
+    broken queue and paused queues, each count different, checks that each is read right."""
+    # Given strict queues where p1 and p2 are paused (with jobs) and queue:broken is a string
+    f = make_fetcher(queues=("p1", "broken", "p2", "default"))
+    r.sadd(K.paused, "p1", "p2")
+    r.set("queue:broken", "x")
+    r.lpush("queue:p1", job(8, "p1"))
+    r.lpush("queue:p2", job(9, "p2"))
+    # And a job that landed and succeeded while the reserve call sent for it never ran
+    # (NOSCRIPT, then the connection broke): it is to be acked, not run, when it comes out
+    # among the jobs the slot held (adopted + landed: the last of 3 landed ones here)
+    r.script_flush()
+    r.lpush("queue:default", job(1))
+    landed = f.block("default")
+    f.reserve_landed()
+    f._conn._sock.close()
+    assert f.claim(landed, succeeded=True) is None
+    landing = K.landing(IDENTITY, 0, "default")
+    r.rpush(landing, job(2), job(3))  # taken before job(1): RPOP takes the right end first
+    # And 2 reservations of a call whose reply was lost, and a job in the queue
+    r.zadd(RESERVED, {b"default\0lost-a\0" + job(6): 1, b"default\0lost-b\0" + job(7): 2})
+    r.lpush("queue:default", job(4))
+    # When the worker reserves
+    with caplog.at_level(logging.WARNING, logger="queued.server.fetch"):
+        got = f.reserve(10)
+    # Then the adopted ones come first, the landed ones next (job(1) acked: held = 2 + 3),
+    # then the queue's; the broken queue and the paused ones are named apart
+    assert [g.payload for g in got] == [job(6), job(7), job(3), job(2), job(4)]
+    assert f.bad_queues == ["broken"]
+    assert f.paused == ["p1", "p2"]
+    assert f.registered is True and f.checked_all is True
+    assert [m.getMessage() for m in caplog.records if "reply was lost" in m.getMessage()] == [
+        "2 job(s) reserved by a call whose reply was lost (the connection broke) are run now"]
+    f.flush()
+    assert sorted(m.split(b"\0", 2)[2] for m in r.zrange(RESERVED, 0, -1)) == sorted(
+        [job(6), job(7), job(3), job(2), job(4)])
+    assert r.llen("queue:p1") == 1 and r.llen("queue:p2") == 1 and r.llen(landing) == 0
+    # And once the queue is mended, a call that names no broken queue still reads as registered
+    for g in got:
+        f.ack(g)
+    r.delete("queue:broken")
+    assert f.reserve(10) == [] and r.zcard(RESERVED) == 0
+    assert f.bad_queues == [] and f.paused == ["p1", "p2"]
+    assert f.registered is True and f.checked_all is True
+    # And with the master's registration gone, the call says so and takes nothing
+    r.hdel(K.masters, IDENTITY)
+    r.lpush("queue:default", job(5))
+    assert f.reserve(10) == [] and f.registered is False and f.checked_all is False
+    assert f.bad_queues == [] and f.paused == [] and r.llen("queue:default") == 1
 
 
 def test_block_on_a_queue_whose_key_is_not_a_list_raises_and_the_connection_stays_usable(

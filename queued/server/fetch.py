@@ -500,21 +500,24 @@ class Fetcher:
                 self.lost_reply = True  # the call may have run: its jobs are in the zset
             self._unsent(sent)
             raise
-        self._acked(len(sent.acks), reply[0])
-        self.bad_queues = [q.decode("utf-8", "replace") for q in reply[1]]
-        self.registered = bool(reply[4])
-        self.paused = [q.decode("utf-8", "replace") for q in reply[5]]
-        members = reply[6:]
+        # One flat array (reserve.lua's header): {acked, adopted, landed, registered, nbad,
+        # npaused, member..., bad..., paused...}
+        acked, adopted, landed, registered, nbad, npaused = reply[:6]
+        names = len(reply) - nbad - npaused
+        self._acked(len(sent.acks), acked)
+        self.bad_queues = [q.decode("utf-8", "replace") for q in reply[names:names + nbad]]
+        self.registered = bool(registered)
+        self.paused = [q.decode("utf-8", "replace") for q in reply[names + nbad:]]
+        members = reply[6:names]
         self.checked_all = self.registered and len(members) < sent.n
-        if reply[2]:
+        if adopted:
             log.warning("%d job(s) reserved by a call whose reply was lost (the connection "
-                        "broke) are run now", reply[2])
+                        "broke) are run now", adopted)
         got = [Reservation(m, *split_member(m)) for m in members]
-        if reply[2] and self._again:
+        if adopted and self._again:
             # A finish sent in this call's write and refused (NOSCRIPT) left its jobs reserved
             # (they ran and succeeded); they are not run again: their ends are run again.
             ending = {item.member for e in self._again if e.call for item in e.call.items}
-            adopted = int(reply[2])
             got = [r for r in got[:adopted] if r.member not in ending] + got[adopted:]
         if self._finished:
             # Only a job the slot held before this call (adopted), or one still in the landing
@@ -522,7 +525,7 @@ class Fetcher:
             # never comes back (another master recovered it), so it is forgotten. Matched
             # against every reservation by its bytes, a stale entry acked a later
             # byte-identical job without running it.
-            held = int(reply[2]) + int(reply[3])
+            held = adopted + landed
             got = [res for res in got[:held] if not self._done_already(res)] + got[held:]
             self._finished.clear()
         return got
