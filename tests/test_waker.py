@@ -192,3 +192,33 @@ def test_without_client_tracking_it_says_so_once_and_stays_off(r, waker, caplog,
     assert waker.unsupported and waker.sub is None and waker.fds() == [waker.idle_r]
     assert [rec.getMessage().split(" (")[0] for rec in caplog.records] == [
         "Redis refused CLIENT TRACKING"]
+
+
+def _tracking_clients(r) -> list[str]:
+    """The clients with keys tracking on (CLIENT LIST's ``t`` flag)."""
+    return [c["id"] for c in r.client_list() if "t" in c["flags"]]
+
+
+def test_tracking_is_off_while_every_worker_is_busy_and_a_push_meanwhile_still_wakes_one(
+        r, redis_url, waker):
+    # Given a waker set up (tracking on), then no worker waiting for longer than
+    # TRACK_IDLE_OFF (every one busy)
+    from queued.server.waker import TRACK_IDLE_OFF
+    now = time.monotonic()
+    waker.step(now=now)
+    assert len(_tracking_clients(r)) == 1
+    waker.step(now=now + TRACK_IDLE_OFF + 0.1)
+    # Then tracking is off: Redis matches no key against the prefixes, sends no message
+    assert _tracking_clients(r) == [] and not waker.tracking
+    waker.keys_read.clear()
+    r.lpush(K.queue("b"), b"job")  # (a push while it is off: no message tells of it)
+    # When a worker blocks on a and says so
+    sleeper = Sleeper(redis_url, waker.watch, 0, "a")
+    sleeper.announce(waker)
+    # Then tracking is on again and the job on b, found by looking at every queue once,
+    # wakes it (its 10 s BLMOVE returns nil well before its timeout; the waker may well
+    # unblock it before this test could see it blocked)
+    assert settle(waker, lambda: sleeper.woken(0), timeout=5)
+    assert sleeper.result is None and waker.tracking and len(_tracking_clients(r)) == 1
+    assert r.lrange(K.queue("b"), 0, -1) == [b"job"]
+    assert K.queue("b").encode() not in waker.keys_read
