@@ -3,9 +3,14 @@ lanes that are free and hands each to the pool (pool.py), acks the jobs that end
 
 Fetch stays one pipelined connection with its acks riding in the reserve calls (fetch.py),
 owned by this thread alone; the lanes end their jobs through SharedEnds (sharedends.py). It
-reserves at most as many jobs as there are free lanes, so a job never waits in this process
-behind another while a lane or another worker could run it (issue 16: a worker that held
-eight jobs behind a 12-second one), and what it holds is what runs.
+reserves as many jobs as there are free lanes, and while its lanes finish jobs quickly a few
+more (``ahead``): as many as its lanes finish in PREFETCH_WAIT at their recent pace, so a lane
+that frees starts its next job from memory instead of after a round trip to Redis (issue 17:
+that round trip was a third of the gap between two 20 ms jobs on a lane). So a job never waits
+here behind others long (issue 16: a worker that held eight jobs behind a 12-second one): with
+slow jobs the pace gives none ahead; jobs held ahead that wait EXTRA_HOLD (every lane stayed
+busy) go back to the head of their queue, and so do they at once when the worker stops
+taking jobs (TERM, quiet, recycling, a job to run alone).
 
 While there is nothing to take it does not block on Redis itself: the blocker thread (below)
 waits in BLMOVE on its own connection, exactly as a worker of one job does (the landing list,
@@ -24,6 +29,7 @@ Does not own the process's setup and signals (worker.py), the lanes (pool.py), n
 """
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue
@@ -50,6 +56,13 @@ log = logging.getLogger("queued.worker")
 #: Longest the dispatcher waits without looking around (ticks its record, notices a dead
 #: parent) (seconds).
 TICK = 1.0
+#: The longest a job reserved ahead of the free lanes should wait for one, at the pace the lanes
+#: have been finishing jobs (seconds): jobs of 20 ms on 25 lanes give 6 ahead, 200 ms ones none.
+PREFETCH_WAIT = 0.005
+#: Jobs held ahead this long while every lane stayed busy go back to the head of their queue,
+#: and none are reserved ahead for AHEAD_PAUSE after (seconds).
+EXTRA_HOLD = 0.1
+AHEAD_PAUSE = 1.0
 #: How long a job that must run alone (a suspect) waits while fresh jobs still start beside
 #: the running ones; then nothing more starts until the lanes are free and it has run
 #: (seconds).
@@ -82,7 +95,11 @@ class Dispatcher:
         self.solos: list = []   # (res, msg) reserved, to run alone once the lanes are free
         self.solo_since = 0.0   # when the first of them was reserved (monotonic)
         self.solo_drain = False  # take nothing more until it has run (see _must_wait)
-        self.extra: list = []   # reserved beyond the free lanes (an adopted lost reply)
+        self.extra: list = []   # reserved beyond the free lanes (ahead, or an adopted lost reply)
+        self.extra_at: list = []  # when each of them was reserved (monotonic)
+        self.finished = collections.deque(maxlen=max(2, w.threads))  # when lanes last freed
+        self.no_ahead_until = 0.0
+        self.extra_stuck = False  # the last try to put them back failed (said once)
         self.recycler = w.recycler
         self.alone: int | None = None  # the lane of a job running alone
         self._main_ready = False
@@ -119,6 +136,7 @@ class Dispatcher:
         self.ends.run_again()
         self._tick()
         if self.w.stopping or self._must_wait():
+            self._return_extra()
             self._flush()
             self._wait(TICK)
             return
@@ -131,27 +149,50 @@ class Dispatcher:
             self.solo_since, self.solo_drain = time.monotonic(), bool(self.solos)
             return
         if self.extra:
-            extra, self.extra = self.extra, []
-            self._start(extra)
-        free = self.pool.free - len(self.extra)
-        if free <= 0:
+            self._hold(self._start(self.extra), self.extra_at)
+        now = time.monotonic()
+        if self.extra and now - self.extra_at[0] >= EXTRA_HOLD:
+            self._return_extra()
+            self.no_ahead_until = now + AHEAD_PAUSE
+        want = self._wanted(now)
+        if want <= 0:
             self._flush()
-            self._wait(TICK)
+            self._wait(TICK if not self.extra else
+                       max(0.0, self.extra_at[0] + EXTRA_HOLD - time.monotonic()))
             return
         self._take_ends()
-        jobs = self.fetcher.reserve(free, self.landing, adopt=not self.pool.busy)
+        jobs = self.fetcher.reserve(want, self.landing, adopt=not self.pool.busy)
         if self.fetcher.bad_queues or self.fetcher.checked_all:
             self.w._check_queues()
         if not self.fetcher.registered:
             self.w._wait_for_registration()
             return
         if jobs:
-            self._start(jobs)
+            rest = self._start(jobs)
+            self._hold(self.extra + rest, self.extra_at + [now] * len(rest))
             return
         if not self.blocker.blocking:
             self.landing = self.blocker.order(self.w._idle_queue())
         self._flush()
         self._wait(TICK)
+
+    def _wanted(self, now: float) -> int:
+        """How many jobs to reserve now: one per free lane, and some ahead while the lanes
+        finish jobs fast (``ahead``). Jobs held ahead are topped up once half are gone, so a
+        busy worker asks Redis once for several lanes' next jobs, not once per job."""
+        ahead = self._ahead(now)
+        if not self.pool.free and len(self.extra) > ahead // 2:
+            return 0
+        return self.pool.free + ahead - len(self.extra)
+
+    def _ahead(self, now: float) -> int:
+        """As many jobs as the lanes finish in PREFETCH_WAIT at their pace over their last
+        ``threads`` ends (counted up to now, so a pause slows it at once), at most
+        ``prefetch`` - 1; none for AHEAD_PAUSE after held jobs had to go back."""
+        if len(self.finished) < 2 or now < self.no_ahead_until:
+            return 0
+        pace = (len(self.finished) - 1) / max(now - self.finished[0], 1e-6)
+        return min(self.w.config.prefetch - 1, int(pace * PREFETCH_WAIT))
 
     def _must_wait(self) -> bool:
         """Reserve nothing now: a job runs alone; or a job waits to run alone until the
@@ -168,15 +209,20 @@ class Dispatcher:
                     or time.monotonic() - self.solo_since >= SOLO_PATIENCE)
         return bool(self.fetcher.lost_reply)
 
-    def _start(self, jobs: list) -> None:
+    def _hold(self, jobs: list, at: list) -> None:
+        """Keep ``jobs`` (the last of those reserved at ``at``) for the next free lanes."""
+        self.extra, self.extra_at = jobs, at[len(at) - len(jobs):]
+
+    def _start(self, jobs: list) -> list:
         """Hand reserved jobs to free lanes, in order; one that must run alone waits for an
         empty pool (one at a time: the others go back to the head of their queue, for another
-        process, or for this one once it has run its own), those beyond the free lanes for
-        the next free one."""
+        process, or for this one once it has run its own); returns those beyond the free
+        lanes, for the next free ones."""
         back: list = []
+        rest: list = []
         for i, res in enumerate(jobs):
             if not self.pool.free:
-                self.extra = jobs[i:]
+                rest = jobs[i:]
                 break
             msg = self.runner.parse(res, self.header)
             if msg is None:
@@ -194,6 +240,7 @@ class Dispatcher:
                 self.pool.run_sync(self.pool.take(), res, msg)
         if back:
             self._give_back(back)
+        return rest
 
     def _give_back(self, back: list) -> None:
         """Jobs that must run alone, beyond the one this process holds, go back to the head
@@ -202,16 +249,39 @@ class Dispatcher:
         takes nothing more until its own has run (else it would take them again at once).
         If that fails they stay here, to run alone in turn."""
         self.solo_drain = True
+        e = self._requeue({res.member for res, _ in back})
+        if e is not None:
+            log.warning("worker %d: %d job(s) to run alone could not go back to their queue "
+                        "(%s); they run here, one at a time", self.w.slot, len(back), e)
+            self.solos.extend(back)
+
+    def _return_extra(self) -> None:
+        """Jobs held ahead of the free lanes go back to the head of their queue (they waited
+        EXTRA_HOLD, or this worker takes nothing more for now). If that fails they stay here
+        and start on the next free lanes."""
+        if not self.extra:
+            return
+        back, at = self.extra, self.extra_at
+        self._hold([], [])
+        e = self._requeue({res.member for res in back})
+        if e is not None:
+            if not self.extra_stuck:  # (said once: this is tried again every turn meanwhile)
+                log.warning("worker %d: %d job(s) held for the next free lanes could not go "
+                            "back to their queue (%s); they run here", self.w.slot, len(back), e)
+            self._hold(back, at)
+        self.extra_stuck = e is not None
+
+    def _requeue(self, going: set) -> Exception | None:
+        """Put the slot's reservations ``going`` back at the head of their queues, keeping the
+        rest (running jobs, finished ones whose acks are on the way); the error, if any."""
         cfg, w = self.w.config, self.w
         try:
             members = self.ends.r.zrange(w.keys.reserved(w.identity, w.slot), 0, -1)
-            going = {res.member for res, _ in back}
             recovery.requeue_slot(self.ends.r, w.keys, w.identity, w.slot, cfg.queue_names,
                                   keep=[m for m in members if m not in going])
         except (redis.RedisError, OSError, recovery.Stuck) as e:
-            log.warning("worker %d: %d job(s) to run alone could not go back to their queue "
-                        "(%s); they run here, one at a time", w.slot, len(back), e)
-            self.solos.extend(back)
+            return e
+        return None
 
     def _run_solo(self, res, msg) -> None:
         """A job that must run alone, now that every lane is free: in this thread (SIGALRM is
@@ -254,6 +324,7 @@ class Dispatcher:
         what = item[0]
         if what == "done":
             self.pool.release(item[1])
+            self.finished.append(time.monotonic())
             if item[1] == self.alone:
                 self.alone = None
             if self.recycler is not None:
