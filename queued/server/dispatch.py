@@ -90,13 +90,15 @@ class Dispatcher:
         self.pool = Pool(w.threads, self.runner, w.table, w.slot, os.getpid(), self.inbox,
                          self.watchdog.armed)
         self.watchdog.pool = self.pool
+        self.pool.stopping = lambda: w.stopping
         self.blocker = Blocker(self._blocking_fetcher(), w, self.inbox)
         self.landing = fetcher.block_queue  # the queue the blocker last waited on
         self.solos: list = []   # (res, msg) reserved, to run alone once the lanes are free
         self.solo_since = 0.0   # when the first of them was reserved (monotonic)
         self.solo_drain = False  # take nothing more until it has run (see _must_wait)
-        self.extra: list = []   # reserved beyond the free lanes (ahead, or an adopted lost reply)
-        self.extra_at: list = []  # when each of them was reserved (monotonic)
+        # async jobs reserved beyond the free lanes (ahead, or an adopted lost reply), as
+        # (res, msg, reserved at); sync ones wait in pool.ready
+        self.extra: list = []
         self.finished = collections.deque(maxlen=max(2, w.threads))  # when lanes last freed
         self.no_ahead_until = 0.0
         self.extra_stuck = False  # the last try to put them back failed (said once)
@@ -136,6 +138,7 @@ class Dispatcher:
         self.ends.run_again()
         self._tick()
         if self.w.stopping or self._must_wait():
+            self.pool.taking = False
             self._return_extra()
             self._flush()
             self._wait(TICK)
@@ -143,22 +146,25 @@ class Dispatcher:
         if self.solos and not self.pool.busy:
             # (the acks of the jobs before go out first, and are applied: a suspect may well
             # kill this process, and they must not run again for it)
+            self.pool.taking = False
+            self._return_extra()
             self._take_ends()
             self.fetcher.flush()
             self._run_solo(*self.solos.pop(0))
             self.solo_since, self.solo_drain = time.monotonic(), bool(self.solos)
             return
-        if self.extra:
-            self._hold(self._start(self.extra), self.extra_at)
+        self.pool.taking = True
+        self._start_held()
         now = time.monotonic()
-        if self.extra and now - self.extra_at[0] >= EXTRA_HOLD:
+        oldest = self._oldest_held()
+        if oldest is not None and now - oldest >= EXTRA_HOLD:
             self._return_extra()
             self.no_ahead_until = now + AHEAD_PAUSE
+            oldest = None
         want = self._wanted(now)
         if want <= 0:
             self._flush()
-            self._wait(TICK if not self.extra else
-                       max(0.0, self.extra_at[0] + EXTRA_HOLD - time.monotonic()))
+            self._wait(TICK if oldest is None else max(0.0, oldest + EXTRA_HOLD - now))
             return
         self._take_ends()
         jobs = self.fetcher.reserve(want, self.landing, adopt=not self.pool.busy)
@@ -168,8 +174,7 @@ class Dispatcher:
             self.w._wait_for_registration()
             return
         if jobs:
-            rest = self._start(jobs)
-            self._hold(self.extra + rest, self.extra_at + [now] * len(rest))
+            self._start(jobs, now)
             return
         if not self.blocker.blocking:
             self.landing = self.blocker.order(self.w._idle_queue())
@@ -180,10 +185,10 @@ class Dispatcher:
         """How many jobs to reserve now: one per free lane, and some ahead while the lanes
         finish jobs fast (``ahead``). Jobs held ahead are topped up once half are gone, so a
         busy worker asks Redis once for several lanes' next jobs, not once per job."""
-        ahead = self._ahead(now)
-        if not self.pool.free and len(self.extra) > ahead // 2:
+        ahead, held = self._ahead(now), self.held()
+        if not self.pool.free and held > ahead // 2:
             return 0
-        return self.pool.free + ahead - len(self.extra)
+        return self.pool.free + ahead - held
 
     def _ahead(self, now: float) -> int:
         """As many jobs as the lanes finish in PREFETCH_WAIT at their pace over their last
@@ -209,21 +214,39 @@ class Dispatcher:
                     or time.monotonic() - self.solo_since >= SOLO_PATIENCE)
         return bool(self.fetcher.lost_reply)
 
-    def _hold(self, jobs: list, at: list) -> None:
-        """Keep ``jobs`` (the last of those reserved at ``at``) for the next free lanes."""
-        self.extra, self.extra_at = jobs, at[len(at) - len(jobs):]
+    def held(self) -> int:
+        """Jobs reserved and not started: held for the next free lanes."""
+        return len(self.extra) + len(self.pool.ready)
 
-    def _start(self, jobs: list) -> list:
+    def _oldest_held(self) -> float | None:
+        """When the earliest job held now was reserved (monotonic), or None."""
+        times = [self.extra[0][2]] if self.extra else []
+        try:
+            times.append(self.pool.ready[0][2])  # (a lane may have taken it meanwhile)
+        except IndexError:
+            pass
+        return min(times) if times else None
+
+    def _start_held(self) -> None:
+        """The free lanes take the jobs held for them, earliest first of each kind."""
+        while self.pool.free and self.extra:
+            res, msg, _ = self.extra.pop(0)
+            self.pool.run_async(self.pool.take(), res, msg)
+        while self.pool.free:
+            try:
+                res, msg, _ = self.pool.ready.popleft()
+            except IndexError:
+                break
+            self.pool.run_sync(self.pool.take(), res, msg)
+
+    def _start(self, jobs: list, now: float) -> None:
         """Hand reserved jobs to free lanes, in order; one that must run alone waits for an
         empty pool (one at a time: the others go back to the head of their queue, for another
-        process, or for this one once it has run its own); returns those beyond the free
-        lanes, for the next free ones."""
+        process, or for this one once it has run its own); those beyond the free lanes are
+        held for the next free ones (a sync one in ``pool.ready``, where a lane whose job
+        ends takes it itself)."""
         back: list = []
-        rest: list = []
-        for i, res in enumerate(jobs):
-            if not self.pool.free:
-                rest = jobs[i:]
-                break
+        for res in jobs:
             msg = self.runner.parse(res, self.header)
             if msg is None:
                 continue
@@ -234,13 +257,14 @@ class Dispatcher:
                     continue
                 self.solos.append((res, msg))
                 self.solo_since = time.monotonic()
+            elif not self.pool.free:
+                (self.extra if kind == ASYNC else self.pool.ready).append((res, msg, now))
             elif kind == ASYNC:
                 self.pool.run_async(self.pool.take(), res, msg)
             else:
                 self.pool.run_sync(self.pool.take(), res, msg)
         if back:
             self._give_back(back)
-        return rest
 
     def _give_back(self, back: list) -> None:
         """Jobs that must run alone, beyond the one this process holds, go back to the head
@@ -256,19 +280,26 @@ class Dispatcher:
             self.solos.extend(back)
 
     def _return_extra(self) -> None:
-        """Jobs held ahead of the free lanes go back to the head of their queue (they waited
-        EXTRA_HOLD, or this worker takes nothing more for now). If that fails they stay here
-        and start on the next free lanes."""
-        if not self.extra:
+        """Jobs held for the next free lanes go back to the head of their queue (they waited
+        EXTRA_HOLD, or this worker takes nothing more for now). If that fails they stay held
+        (and go back with the rest of the slot when this worker exits, if it takes nothing
+        more)."""
+        back, self.extra = self.extra, []
+        while True:
+            try:
+                back.append(self.pool.ready.popleft())  # (each one a lane did not take)
+            except IndexError:
+                break
+        if not back:
             return
-        back, at = self.extra, self.extra_at
-        self._hold([], [])
-        e = self._requeue({res.member for res in back})
+        e = self._requeue({res.member for res, _, _ in back})
         if e is not None:
             if not self.extra_stuck:  # (said once: this is tried again every turn meanwhile)
                 log.warning("worker %d: %d job(s) held for the next free lanes could not go "
-                            "back to their queue (%s); they run here", self.w.slot, len(back), e)
-            self._hold(back, at)
+                            "back to their queue (%s)", self.w.slot, len(back), e)
+            for item in back:
+                (self.extra if self.runner.kind(item[1]) == ASYNC else self.pool.ready
+                 ).append(item)
         self.extra_stuck = e is not None
 
     def _requeue(self, going: set) -> Exception | None:
@@ -322,17 +353,19 @@ class Dispatcher:
 
     def _handle(self, item: tuple) -> None:
         what = item[0]
-        if what == "done":
-            self.pool.release(item[1])
+        if what in ("done", "next"):  # a job ended ("next": its lane went on with a held one)
+            if what == "done":
+                self.pool.release(item[1])
+                if item[1] == self.alone:
+                    self.alone = None
             self.finished.append(time.monotonic())
-            if item[1] == self.alone:
-                self.alone = None
             if self.recycler is not None:
                 why = self.recycler.after_job(0.0)
                 if why and not self.w.stopping:
                     log.info("recycling worker %d: %s; a fresh worker takes its place",
                              self.w.slot, why)
                     self.w.stopping = True
+                    self.pool.taking = False
         elif what == "unblocked" and item[2]:
             self.landing = item[1]
 
@@ -358,7 +391,7 @@ class Dispatcher:
 
     # --- the process's record, title, outages ----------------------------------------------------
     def _tick(self) -> None:
-        self.w.writer.tick(len(self.solos) + len(self.extra), self.watchdog.lag,
+        self.w.writer.tick(len(self.solos) + self.held(), self.watchdog.lag,
                            self.watchdog.blocker)
 
     def _show(self) -> None:
