@@ -57,7 +57,8 @@ log = logging.getLogger("queued.worker")
 #: parent) (seconds).
 TICK = 1.0
 #: The longest a job reserved ahead of the free lanes should wait for one, at the pace the lanes
-#: have been finishing jobs (seconds): jobs of 20 ms on 25 lanes give 6 ahead, 200 ms ones none.
+#: finish jobs (lanes / the mean of their recent jobs' run times) (seconds): jobs of 20 ms on 25
+#: lanes give 6 ahead, jobs of 200 ms none.
 PREFETCH_WAIT = 0.005
 #: Jobs held ahead this long while every lane stayed busy go back to the head of their queue,
 #: and none are reserved ahead for AHEAD_PAUSE after (seconds).
@@ -99,7 +100,7 @@ class Dispatcher:
         # async jobs reserved beyond the free lanes (ahead, or an adopted lost reply), as
         # (res, msg, reserved at); sync ones wait in pool.ready
         self.extra: list = []
-        self.finished = collections.deque(maxlen=max(2, w.threads))  # when lanes last freed
+        self.took = collections.deque(maxlen=w.threads)  # run times of the last jobs (s)
         self.no_ahead_until = 0.0
         self.extra_stuck = False  # the last try to put them back failed (said once)
         self.recycler = w.recycler
@@ -191,13 +192,19 @@ class Dispatcher:
         return self.pool.free + ahead - held
 
     def _ahead(self, now: float) -> int:
-        """As many jobs as the lanes finish in PREFETCH_WAIT at their pace over their last
-        ``threads`` ends (counted up to now, so a pause slows it at once), at most
-        ``prefetch`` - 1; none for AHEAD_PAUSE after held jobs had to go back."""
-        if len(self.finished) < 2 or now < self.no_ahead_until:
+        """As many jobs as the lanes finish in PREFETCH_WAIT at their pace (lanes / the mean
+        run time of the last ``threads`` jobs: jobs that started together end together, so
+        the gaps between ends said nothing of their length: RT6), at most ``prefetch`` - 1 and
+        at most what ``max_jobs`` leaves; none for AHEAD_PAUSE after held jobs went back."""
+        if not self.took or now < self.no_ahead_until:
             return 0
-        pace = (len(self.finished) - 1) / max(now - self.finished[0], 1e-6)
-        return min(self.w.config.prefetch - 1, int(pace * PREFETCH_WAIT))
+        mean = sum(self.took) / len(self.took)
+        ahead = min(self.w.config.prefetch - 1,
+                    int(self.pool.size * PREFETCH_WAIT / max(mean, 1e-6)))
+        r = self.recycler
+        if r is not None and r.max_jobs is not None:
+            ahead = min(ahead, max(0, r.max_jobs - r.jobs - self.pool.busy))
+        return ahead
 
     def _must_wait(self) -> bool:
         """Reserve nothing now: a job runs alone; or a job waits to run alone until the
@@ -271,19 +278,19 @@ class Dispatcher:
         of their queue (rt2 finding 3: one process took 25 suspects in one fetch and ran them
         one by one, 25 s, while another sat idle and the queue showed none), and this process
         takes nothing more until its own has run (else it would take them again at once).
-        If that fails they stay here, to run alone in turn."""
+        Those that could not go back stay here, to run alone in turn."""
         self.solo_drain = True
-        e = self._requeue({res.member for res, _ in back})
+        e, left = self._requeue({res.member for res, _ in back})
         if e is not None:
             log.warning("worker %d: %d job(s) to run alone could not go back to their queue "
-                        "(%s); they run here, one at a time", self.w.slot, len(back), e)
-            self.solos.extend(back)
+                        "(%s); %d run here, one at a time", self.w.slot, len(back), e, len(left))
+            self.solos.extend(item for item in back if item[0].member in left)
 
     def _return_extra(self) -> None:
         """Jobs held for the next free lanes go back to the head of their queue (they waited
-        EXTRA_HOLD, or this worker takes nothing more for now). If that fails they stay held
-        (and go back with the rest of the slot when this worker exits, if it takes nothing
-        more)."""
+        EXTRA_HOLD, or this worker takes nothing more for now). Those that could not go back
+        stay held (and go back with the rest of the slot when this worker exits, if it takes
+        nothing more)."""
         back, self.extra = self.extra, []
         while True:
             try:
@@ -292,27 +299,38 @@ class Dispatcher:
                 break
         if not back:
             return
-        e = self._requeue({res.member for res, _, _ in back})
+        e, left = self._requeue({res.member for res, _, _ in back})
         if e is not None:
             if not self.extra_stuck:  # (said once: this is tried again every turn meanwhile)
                 log.warning("worker %d: %d job(s) held for the next free lanes could not go "
-                            "back to their queue (%s)", self.w.slot, len(back), e)
+                            "back to their queue (%s)", self.w.slot, len(left), e)
             for item in back:
-                (self.extra if self.runner.kind(item[1]) == ASYNC else self.pool.ready
-                 ).append(item)
+                if item[0].member in left:
+                    (self.extra if self.runner.kind(item[1]) == ASYNC else self.pool.ready
+                     ).append(item)
         self.extra_stuck = e is not None
 
-    def _requeue(self, going: set) -> Exception | None:
+    def _requeue(self, going: set) -> tuple[Exception | None, set]:
         """Put the slot's reservations ``going`` back at the head of their queues, keeping the
-        rest (running jobs, finished ones whose acks are on the way); the error, if any."""
+        rest (running jobs, finished ones whose acks are on the way). On an error, the error
+        and the members of ``going`` the slot still holds, read again: the call may have been
+        applied with its reply lost, or in part (recovery.Stuck), and one put back and kept
+        here too would run twice (RT6). If that read fails too, none is kept: the next
+        reserve call adopts whatever stayed once the lanes are empty (``lost_reply``)."""
         cfg, w = self.w.config, self.w
+        key = w.keys.reserved(w.identity, w.slot)
         try:
-            members = self.ends.r.zrange(w.keys.reserved(w.identity, w.slot), 0, -1)
+            members = self.ends.r.zrange(key, 0, -1)
             recovery.requeue_slot(self.ends.r, w.keys, w.identity, w.slot, cfg.queue_names,
                                   keep=[m for m in members if m not in going])
+            return None, set()
         except (redis.RedisError, OSError, recovery.Stuck) as e:
-            return e
-        return None
+            err = e
+        try:
+            return err, set(self.ends.r.zrange(key, 0, -1)) & going
+        except (redis.RedisError, OSError):
+            self.fetcher.lost_reply = True
+            return err, set()
 
     def _run_solo(self, res, msg) -> None:
         """A job that must run alone, now that every lane is free: in this thread (SIGALRM is
@@ -358,7 +376,8 @@ class Dispatcher:
                 self.pool.release(item[1])
                 if item[1] == self.alone:
                     self.alone = None
-            self.finished.append(time.monotonic())
+            if len(item) > 2:
+                self.took.append(item[2])
             if self.recycler is not None:
                 why = self.recycler.after_job(0.0)
                 if why and not self.w.stopping:

@@ -26,6 +26,7 @@ import logging
 import queue
 import sys
 import threading
+import time
 import traceback
 
 from .. import events, safepoints
@@ -110,6 +111,7 @@ class Pool:
         while True:
             res, msg = box.get()
             while True:
+                began = time.monotonic()
                 try:
                     self.runner.run(res, msg, lane)
                 except BaseException:  # noqa: BLE001 - the job is still reserved: the master has it
@@ -117,12 +119,13 @@ class Pool:
                                   self.slot, lane.number)
                 finally:
                     logsetup.set_context("")
+                took = time.monotonic() - began
                 nxt = self._next_ready()
                 if nxt is None:
                     break
-                self.inbox.put(("next", lane.number))
+                self.inbox.put(("next", lane.number, took))
                 res, msg = nxt
-            self.inbox.put(("done", lane.number))
+            self.inbox.put(("done", lane.number, took))
 
     def _next_ready(self):
         """A job held ready for a lane to go on with (the dispatcher's), while it lets lanes
@@ -139,6 +142,7 @@ class Pool:
     async def _task(self, lane: Lane, res, msg: dict) -> None:
         logsetup.set_lane(lane.number)  # (this task's own context)
         self.tasks[lane.number] = asyncio.current_task()
+        began = time.monotonic()
         try:
             await self.runner.run_async(res, msg, lane)
         except BaseException:  # noqa: BLE001 - as _thread
@@ -146,7 +150,7 @@ class Pool:
                           self.slot, lane.number)
         finally:
             self.tasks.pop(lane.number, None)
-            self.inbox.put(("done", lane.number))
+            self.inbox.put(("done", lane.number, time.monotonic() - began))
 
     def _start_loop(self) -> None:
         ready = threading.Event()
