@@ -47,3 +47,19 @@ def test_none_before_any_job_ended_nor_while_paused_after_a_put_back():
     assert ahead(25, []) == 0
     assert ahead(25, [0.001] * 25, now=100.0, paused_until=100.5) == 0
     assert ahead(25, [0.001] * 25, now=100.5, paused_until=100.5) == 7
+
+
+def test_a_lane_goes_on_with_a_held_job_only_while_the_dispatcher_lets_it_and_not_stopping():
+    from queued.server.pool import Pool
+    stopping = [False]
+    state = SimpleNamespace(taking=True, stopping=lambda: stopping[0],
+                            ready=collections.deque([("res1", {"jid": "1"}, 1.0),
+                                                     ("res2", {"jid": "2"}, 2.0)]))
+    assert Pool._next_ready(state) == ("res1", {"jid": "1"})   # earliest first
+    stopping[0] = True   # (TERM: seen by the lanes before the dispatcher's next turn)
+    assert Pool._next_ready(state) is None
+    stopping[0], state.taking = False, False   # (a job runs alone, a lost reply, quiet)
+    assert Pool._next_ready(state) is None
+    state.taking = True
+    assert Pool._next_ready(state) == ("res2", {"jid": "2"})
+    assert Pool._next_ready(state) is None and not state.ready
