@@ -3,9 +3,14 @@ lanes that are free and hands each to the pool (pool.py), acks the jobs that end
 
 Fetch stays one pipelined connection with its acks riding in the reserve calls (fetch.py),
 owned by this thread alone; the lanes end their jobs through SharedEnds (sharedends.py). It
-reserves at most as many jobs as there are free lanes, so a job never waits in this process
-behind another while a lane or another worker could run it (issue 16: a worker that held
-eight jobs behind a 12-second one), and what it holds is what runs.
+reserves as many jobs as there are free lanes, and while its lanes finish jobs quickly a few
+more (``ahead``): as many as its lanes finish in PREFETCH_WAIT at their recent pace, so a lane
+that frees starts its next job from memory instead of after a round trip to Redis (issue 17:
+that round trip was a third of the gap between two 20 ms jobs on a lane). So a job never waits
+here behind others long (issue 16: a worker that held eight jobs behind a 12-second one): with
+slow jobs the pace gives none ahead; jobs held ahead that wait EXTRA_HOLD (every lane stayed
+busy) go back to the head of their queue, and so do they at once when the worker stops
+taking jobs (TERM, quiet, recycling, a job to run alone).
 
 While there is nothing to take it does not block on Redis itself: the blocker thread (below)
 waits in BLMOVE on its own connection, exactly as a worker of one job does (the landing list,
@@ -24,6 +29,7 @@ Does not own the process's setup and signals (worker.py), the lanes (pool.py), n
 """
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue
@@ -50,6 +56,14 @@ log = logging.getLogger("queued.worker")
 #: Longest the dispatcher waits without looking around (ticks its record, notices a dead
 #: parent) (seconds).
 TICK = 1.0
+#: The longest a job reserved ahead of the free lanes should wait for one, at the pace the lanes
+#: finish jobs (lanes / the mean of their recent jobs' run times) (seconds): jobs of 20 ms on 25
+#: lanes give 6 ahead, jobs of 200 ms none.
+PREFETCH_WAIT = 0.005
+#: Jobs held ahead this long while every lane stayed busy go back to the head of their queue,
+#: and none are reserved ahead for AHEAD_PAUSE after (seconds).
+EXTRA_HOLD = 0.1
+AHEAD_PAUSE = 1.0
 #: How long a job that must run alone (a suspect) waits while fresh jobs still start beside
 #: the running ones; then nothing more starts until the lanes are free and it has run
 #: (seconds).
@@ -77,12 +91,18 @@ class Dispatcher:
         self.pool = Pool(w.threads, self.runner, w.table, w.slot, os.getpid(), self.inbox,
                          self.watchdog.armed)
         self.watchdog.pool = self.pool
+        self.pool.stopping = lambda: w.stopping
         self.blocker = Blocker(self._blocking_fetcher(), w, self.inbox)
         self.landing = fetcher.block_queue  # the queue the blocker last waited on
         self.solos: list = []   # (res, msg) reserved, to run alone once the lanes are free
         self.solo_since = 0.0   # when the first of them was reserved (monotonic)
         self.solo_drain = False  # take nothing more until it has run (see _must_wait)
-        self.extra: list = []   # reserved beyond the free lanes (an adopted lost reply)
+        # async jobs reserved beyond the free lanes (ahead, or an adopted lost reply), as
+        # (res, msg, reserved at); sync ones wait in pool.ready
+        self.extra: list = []
+        self.took = collections.deque(maxlen=w.threads)  # run times of the last jobs (s)
+        self.no_ahead_until = 0.0
+        self.extra_stuck = False  # the last try to put them back failed (said once)
         self.recycler = w.recycler
         self.alone: int | None = None  # the lane of a job running alone
         self._main_ready = False
@@ -119,39 +139,72 @@ class Dispatcher:
         self.ends.run_again()
         self._tick()
         if self.w.stopping or self._must_wait():
+            self.pool.taking = False
+            self._return_extra()
             self._flush()
             self._wait(TICK)
             return
         if self.solos and not self.pool.busy:
             # (the acks of the jobs before go out first, and are applied: a suspect may well
             # kill this process, and they must not run again for it)
+            self.pool.taking = False
+            self._return_extra()
             self._take_ends()
             self.fetcher.flush()
             self._run_solo(*self.solos.pop(0))
             self.solo_since, self.solo_drain = time.monotonic(), bool(self.solos)
             return
-        if self.extra:
-            extra, self.extra = self.extra, []
-            self._start(extra)
-        free = self.pool.free - len(self.extra)
-        if free <= 0:
+        self.pool.taking = True
+        self._start_held()
+        now = time.monotonic()
+        oldest = self._oldest_held()
+        if oldest is not None and now - oldest >= EXTRA_HOLD:
+            self._return_extra()
+            self.no_ahead_until = now + AHEAD_PAUSE
+            oldest = None
+        want = self._wanted(now)
+        if want <= 0:
             self._flush()
-            self._wait(TICK)
+            self._wait(TICK if oldest is None else max(0.0, oldest + EXTRA_HOLD - now))
             return
         self._take_ends()
-        jobs = self.fetcher.reserve(free, self.landing, adopt=not self.pool.busy)
+        jobs = self.fetcher.reserve(want, self.landing, adopt=not self.pool.busy)
         if self.fetcher.bad_queues or self.fetcher.checked_all:
             self.w._check_queues()
         if not self.fetcher.registered:
             self.w._wait_for_registration()
             return
         if jobs:
-            self._start(jobs)
+            self._start(jobs, now)
             return
         if not self.blocker.blocking:
             self.landing = self.blocker.order(self.w._idle_queue())
         self._flush()
         self._wait(TICK)
+
+    def _wanted(self, now: float) -> int:
+        """How many jobs to reserve now: one per free lane, and some ahead while the lanes
+        finish jobs fast (``ahead``). Jobs held ahead are topped up once half are gone, so a
+        busy worker asks Redis once for several lanes' next jobs, not once per job."""
+        ahead, held = self._ahead(now), self.held()
+        if not self.pool.free and held > ahead // 2:
+            return 0
+        return self.pool.free + ahead - held
+
+    def _ahead(self, now: float) -> int:
+        """As many jobs as the lanes finish in PREFETCH_WAIT at their pace (lanes / the mean
+        run time of the last ``threads`` jobs: jobs that started together end together, so
+        the gaps between ends said nothing of their length: RT6), at most ``prefetch`` - 1 and
+        at most what ``max_jobs`` leaves; none for AHEAD_PAUSE after held jobs went back."""
+        if not self.took or now < self.no_ahead_until:
+            return 0
+        mean = sum(self.took) / len(self.took)
+        ahead = min(self.w.config.prefetch - 1,
+                    int(self.pool.size * PREFETCH_WAIT / max(mean, 1e-6)))
+        r = self.recycler
+        if r is not None and r.max_jobs is not None:
+            ahead = min(ahead, max(0, r.max_jobs - r.jobs - self.pool.busy))
+        return ahead
 
     def _must_wait(self) -> bool:
         """Reserve nothing now: a job runs alone; or a job waits to run alone until the
@@ -168,16 +221,39 @@ class Dispatcher:
                     or time.monotonic() - self.solo_since >= SOLO_PATIENCE)
         return bool(self.fetcher.lost_reply)
 
-    def _start(self, jobs: list) -> None:
+    def held(self) -> int:
+        """Jobs reserved and not started: held for the next free lanes."""
+        return len(self.extra) + len(self.pool.ready)
+
+    def _oldest_held(self) -> float | None:
+        """When the earliest job held now was reserved (monotonic), or None."""
+        times = [self.extra[0][2]] if self.extra else []
+        try:
+            times.append(self.pool.ready[0][2])  # (a lane may have taken it meanwhile)
+        except IndexError:
+            pass
+        return min(times) if times else None
+
+    def _start_held(self) -> None:
+        """The free lanes take the jobs held for them, earliest first of each kind."""
+        while self.pool.free and self.extra:
+            res, msg, _ = self.extra.pop(0)
+            self.pool.run_async(self.pool.take(), res, msg)
+        while self.pool.free:
+            try:
+                res, msg, _ = self.pool.ready.popleft()
+            except IndexError:
+                break
+            self.pool.run_sync(self.pool.take(), res, msg)
+
+    def _start(self, jobs: list, now: float) -> None:
         """Hand reserved jobs to free lanes, in order; one that must run alone waits for an
         empty pool (one at a time: the others go back to the head of their queue, for another
-        process, or for this one once it has run its own), those beyond the free lanes for
-        the next free one."""
+        process, or for this one once it has run its own); those beyond the free lanes are
+        held for the next free ones (a sync one in ``pool.ready``, where a lane whose job
+        ends takes it itself)."""
         back: list = []
-        for i, res in enumerate(jobs):
-            if not self.pool.free:
-                self.extra = jobs[i:]
-                break
+        for res in jobs:
             msg = self.runner.parse(res, self.header)
             if msg is None:
                 continue
@@ -188,6 +264,8 @@ class Dispatcher:
                     continue
                 self.solos.append((res, msg))
                 self.solo_since = time.monotonic()
+            elif not self.pool.free:
+                (self.extra if kind == ASYNC else self.pool.ready).append((res, msg, now))
             elif kind == ASYNC:
                 self.pool.run_async(self.pool.take(), res, msg)
             else:
@@ -200,18 +278,59 @@ class Dispatcher:
         of their queue (rt2 finding 3: one process took 25 suspects in one fetch and ran them
         one by one, 25 s, while another sat idle and the queue showed none), and this process
         takes nothing more until its own has run (else it would take them again at once).
-        If that fails they stay here, to run alone in turn."""
+        Those that could not go back stay here, to run alone in turn."""
         self.solo_drain = True
+        e, left = self._requeue({res.member for res, _ in back})
+        if e is not None:
+            log.warning("worker %d: %d job(s) to run alone could not go back to their queue "
+                        "(%s); %d run here, one at a time", self.w.slot, len(back), e, len(left))
+            self.solos.extend(item for item in back if item[0].member in left)
+
+    def _return_extra(self) -> None:
+        """Jobs held for the next free lanes go back to the head of their queue (they waited
+        EXTRA_HOLD, or this worker takes nothing more for now). Those that could not go back
+        stay held (and go back with the rest of the slot when this worker exits, if it takes
+        nothing more)."""
+        back, self.extra = self.extra, []
+        while True:
+            try:
+                back.append(self.pool.ready.popleft())  # (each one a lane did not take)
+            except IndexError:
+                break
+        if not back:
+            return
+        e, left = self._requeue({res.member for res, _, _ in back})
+        if e is not None:
+            if not self.extra_stuck:  # (said once: this is tried again every turn meanwhile)
+                log.warning("worker %d: %d job(s) held for the next free lanes could not go "
+                            "back to their queue (%s)", self.w.slot, len(left), e)
+            for item in back:
+                if item[0].member in left:
+                    (self.extra if self.runner.kind(item[1]) == ASYNC else self.pool.ready
+                     ).append(item)
+        self.extra_stuck = e is not None
+
+    def _requeue(self, going: set) -> tuple[Exception | None, set]:
+        """Put the slot's reservations ``going`` back at the head of their queues, keeping the
+        rest (running jobs, finished ones whose acks are on the way). On an error, the error
+        and the members of ``going`` the slot still holds, read again: the call may have been
+        applied with its reply lost, or in part (recovery.Stuck), and one put back and kept
+        here too would run twice (RT6). If that read fails too, none is kept: the next
+        reserve call adopts whatever stayed once the lanes are empty (``lost_reply``)."""
         cfg, w = self.w.config, self.w
+        key = w.keys.reserved(w.identity, w.slot)
         try:
-            members = self.ends.r.zrange(w.keys.reserved(w.identity, w.slot), 0, -1)
-            going = {res.member for res, _ in back}
+            members = self.ends.r.zrange(key, 0, -1)
             recovery.requeue_slot(self.ends.r, w.keys, w.identity, w.slot, cfg.queue_names,
                                   keep=[m for m in members if m not in going])
+            return None, set()
         except (redis.RedisError, OSError, recovery.Stuck) as e:
-            log.warning("worker %d: %d job(s) to run alone could not go back to their queue "
-                        "(%s); they run here, one at a time", w.slot, len(back), e)
-            self.solos.extend(back)
+            err = e
+        try:
+            return err, set(self.ends.r.zrange(key, 0, -1)) & going
+        except (redis.RedisError, OSError):
+            self.fetcher.lost_reply = True
+            return err, set()
 
     def _run_solo(self, res, msg) -> None:
         """A job that must run alone, now that every lane is free: in this thread (SIGALRM is
@@ -252,16 +371,20 @@ class Dispatcher:
 
     def _handle(self, item: tuple) -> None:
         what = item[0]
-        if what == "done":
-            self.pool.release(item[1])
-            if item[1] == self.alone:
-                self.alone = None
+        if what in ("done", "next"):  # a job ended ("next": its lane went on with a held one)
+            if what == "done":
+                self.pool.release(item[1])
+                if item[1] == self.alone:
+                    self.alone = None
+            if len(item) > 2:
+                self.took.append(item[2])
             if self.recycler is not None:
                 why = self.recycler.after_job(0.0)
                 if why and not self.w.stopping:
                     log.info("recycling worker %d: %s; a fresh worker takes its place",
                              self.w.slot, why)
                     self.w.stopping = True
+                    self.pool.taking = False
         elif what == "unblocked" and item[2]:
             self.landing = item[1]
 
@@ -287,7 +410,7 @@ class Dispatcher:
 
     # --- the process's record, title, outages ----------------------------------------------------
     def _tick(self) -> None:
-        self.w.writer.tick(len(self.solos) + len(self.extra), self.watchdog.lag,
+        self.w.writer.tick(len(self.solos) + self.held(), self.watchdog.lag,
                            self.watchdog.blocker)
 
     def _show(self) -> None:

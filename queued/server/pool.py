@@ -8,8 +8,10 @@ record in the slot table and its own time limit; the lowest free lane is taken f
 threads that run are few and warm, and a thread (or the loop's thread) is started only when a
 job first needs it. A thread fires the ``thread_start`` event before its first job.
 
-The dispatcher (dispatch.py, the main thread) is the only one to take or free a lane; the
-threads and the loop tell it a job ended through ``inbox`` (a SimpleQueue, which a signal
+The dispatcher (dispatch.py, the main thread) is the only one to take or free a lane, except
+that a thread whose sync job ended goes on with a job the dispatcher holds ready (``ready``)
+instead of going back to it first (one thread hand-off and a round trip less between two jobs
+of a lane); the threads and the loop tell it a job ended through ``inbox`` (a SimpleQueue, which a signal
 handler may also put into). Threads and the loop are daemons: the process leaves through
 os._exit once its dispatcher has waited for every job (worker.py).
 
@@ -18,11 +20,13 @@ Does not own fetching (dispatch.py) nor running one job (runner.py).
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import logging
 import queue
 import sys
 import threading
+import time
 import traceback
 
 from .. import events, safepoints
@@ -53,6 +57,11 @@ class Pool:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_ident = 0
         self.async_code = Runner.run_async.__code__  # the watchdog finds a loop's job by it
+        # Sync jobs reserved ahead of the free lanes, parsed, (res, msg, reserved at): a lane
+        # whose job ends goes on with the first at once, while ``taking`` (dispatch.py).
+        self.ready: collections.deque = collections.deque()
+        self.taking = False
+        self.stopping = lambda: False  # (the dispatcher's: TERM is seen before its next turn)
         # a job thread's JobTimeout never lands inside a logging lock (safepoints.py)
         safepoints.guard_logging()
 
@@ -101,18 +110,39 @@ class Pool:
         events.fire("thread_start")
         while True:
             res, msg = box.get()
-            try:
-                self.runner.run(res, msg, lane)
-            except BaseException:  # noqa: BLE001 - the job is still reserved: the master has it
-                log.exception("worker %d lane %d: the end of a job could not be written",
-                              self.slot, lane.number)
-            finally:
-                logsetup.set_context("")
-                self.inbox.put(("done", lane.number))
+            while True:
+                began = time.monotonic()
+                try:
+                    self.runner.run(res, msg, lane)
+                except BaseException:  # noqa: BLE001 - the job is still reserved: the master has it
+                    log.exception("worker %d lane %d: the end of a job could not be written",
+                                  self.slot, lane.number)
+                finally:
+                    logsetup.set_context("")
+                took = time.monotonic() - began
+                nxt = self._next_ready()
+                if nxt is None:
+                    break
+                self.inbox.put(("next", lane.number, took))
+                res, msg = nxt
+            self.inbox.put(("done", lane.number, took))
+
+    def _next_ready(self):
+        """A job held ready for a lane to go on with (the dispatcher's), while it lets lanes
+        take them; else None. (deque.popleft is atomic: a job is taken by one lane, or by
+        the dispatcher putting them back, never both.)"""
+        if not self.taking or self.stopping():
+            return None
+        try:
+            res, msg, _ = self.ready.popleft()
+        except IndexError:
+            return None
+        return res, msg
 
     async def _task(self, lane: Lane, res, msg: dict) -> None:
         logsetup.set_lane(lane.number)  # (this task's own context)
         self.tasks[lane.number] = asyncio.current_task()
+        began = time.monotonic()
         try:
             await self.runner.run_async(res, msg, lane)
         except BaseException:  # noqa: BLE001 - as _thread
@@ -120,7 +150,7 @@ class Pool:
                           self.slot, lane.number)
         finally:
             self.tasks.pop(lane.number, None)
-            self.inbox.put(("done", lane.number))
+            self.inbox.put(("done", lane.number, time.monotonic() - began))
 
     def _start_loop(self) -> None:
         ready = threading.Event()

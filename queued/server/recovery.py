@@ -319,7 +319,9 @@ def _settle_running(r, keys, identity, config, slot, current: Reservation, code:
 
 def _timeout_message(msg: dict, charge: Charge, ignored: str, config) -> str:
     if charge.timeout:
-        return (f"{msg['class']} ran past its {charge.timeout:g}s timeout and ignored "
+        # ("did not stop at", not "ignored": a JobTimeout due while the job is inside a
+        # guarded section, a Redis command or a log write, waits until it is out: RT5 #4)
+        return (f"{msg['class']} ran past its {charge.timeout:g}s timeout and did not stop at "
                 f"{ignored}; its worker was killed after {config.timeout_grace:g}s more")
     # (no limit of its own: it held the event loop, past the limits of the jobs waiting on it)
     return (f"{msg['class']} blocked its worker's event loop for {charge.blocked:.1f}s (an "

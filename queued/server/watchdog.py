@@ -190,8 +190,9 @@ class Watchdog:
             logsetup.write_record(
                 "ERROR", log.name,
                 f"worker {self.slot}: {v.job_class} jid={v.jid} is still running {late:.1f}s "
-                f"past its {v.timeout:g}s timeout (it ignored its {what}: a blocking call, "
-                f"or a swallowed exception); the master kills this process at the grace's "
+                f"past its {v.timeout:g}s timeout and has not stopped at its {what} (a "
+                f"blocking call, a swallowed exception, or a long Redis command or log write "
+                f"it cannot be interrupted in); the master kills this process at the grace's "
                 f"end and puts its other jobs back; {where}")
         self._reported &= running
 

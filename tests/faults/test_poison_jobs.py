@@ -25,10 +25,10 @@ KINDS = {
                    "killed its worker 3 times (last: killed by SIGKILL (out of memory?))", 3,
                    True),
     "blocks SIGALRM": (faultjobs.BlocksAlarm, [], (), "JobTimeout",
-                       "ran past its 0.5s timeout and ignored SIGALRM; its worker was killed "
-                       "after 0.5s more", 1, True),
+                       "ran past its 0.5s timeout and did not stop at SIGALRM; its worker was "
+                       "killed after 0.5s more", 1, True),
     "swallows the timeout": (faultjobs.IgnoresTimeout, [], (), "JobTimeout",
-                             "ran past its 0.5s timeout and ignored SIGALRM; its worker was "
+                             "ran past its 0.5s timeout and did not stop at SIGALRM; its worker was "
                              "killed after 0.5s more", 1, True),
     "MemoryError (RLIMIT_AS)": (faultjobs.Hog, [], ("faults/memlimit.py",), "MemoryError", "",
                                 1, False),

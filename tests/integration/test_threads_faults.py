@@ -117,7 +117,7 @@ def test_a_job_blocked_in_c_past_its_timeout_gets_its_process_killed_and_sibling
     assert "time.sleep(seconds)" in d.output()  # (its thread's stack: where it blocks)
     (entry,) = wait_for(lambda: zjobs(r, "retry"), 10, what="the culprit's retry")
     assert entry["jid"] == jid and entry["error_class"] == "JobTimeout"
-    assert "ignored its JobTimeout; its worker was killed" in entry["error_message"]
+    assert "did not stop at its JobTimeout; its worker was killed" in entry["error_message"]
     assert entry["retry_count"] == 0
     out = d.output()
     assert "its 5 other running job(s) go back to their queues, no retry spent" in out
