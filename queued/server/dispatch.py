@@ -97,9 +97,6 @@ class Dispatcher:
         self.solos: list = []   # (res, msg) reserved, to run alone once the lanes are free
         self.solo_since = 0.0   # when the first of them was reserved (monotonic)
         self.solo_drain = False  # take nothing more until it has run (see _must_wait)
-        # async jobs reserved beyond the free lanes (ahead, or an adopted lost reply), as
-        # (res, msg, reserved at); sync ones wait in pool.ready
-        self.extra: list = []
         self.took = collections.deque(maxlen=w.threads)  # run times of the last jobs (s)
         self.no_ahead_until = 0.0
         self.extra_stuck = False  # the last try to put them back failed (said once)
@@ -223,35 +220,40 @@ class Dispatcher:
 
     def held(self) -> int:
         """Jobs reserved and not started: held for the next free lanes."""
-        return len(self.extra) + len(self.pool.ready)
+        return len(self.pool.ready) + len(self.pool.ready_async)
 
     def _oldest_held(self) -> float | None:
         """When the earliest job held now was reserved (monotonic), or None."""
-        times = [self.extra[0][2]] if self.extra else []
-        try:
-            times.append(self.pool.ready[0][2])  # (a lane may have taken it meanwhile)
-        except IndexError:
-            pass
+        times = []
+        for held in (self.pool.ready, self.pool.ready_async):
+            try:
+                times.append(held[0][2])  # (a lane may have taken it meanwhile)
+            except IndexError:
+                pass
         return min(times) if times else None
+
+    def _held(self, kind: str):
+        """Where a job of ``kind`` waits for a lane (held ahead): the pool's, so a lane whose
+        job ends goes on with it."""
+        return self.pool.ready_async if kind == ASYNC else self.pool.ready
 
     def _start_held(self) -> None:
         """The free lanes take the jobs held for them, earliest first of each kind."""
-        while self.pool.free and self.extra:
-            res, msg, _ = self.extra.pop(0)
-            self.pool.run_async(self.pool.take(), res, msg)
-        while self.pool.free:
-            try:
-                res, msg, _ = self.pool.ready.popleft()
-            except IndexError:
-                break
-            self.pool.run_sync(self.pool.take(), res, msg)
+        for held, run in ((self.pool.ready_async, self.pool.run_async),
+                          (self.pool.ready, self.pool.run_sync)):
+            while self.pool.free:
+                try:
+                    res, msg, _ = held.popleft()
+                except IndexError:
+                    break
+                run(self.pool.take(), res, msg)
 
     def _start(self, jobs: list, now: float) -> None:
         """Hand reserved jobs to free lanes, in order; one that must run alone waits for an
         empty pool (one at a time: the others go back to the head of their queue, for another
         process, or for this one once it has run its own); those beyond the free lanes are
-        held for the next free ones (a sync one in ``pool.ready``, where a lane whose job
-        ends takes it itself)."""
+        held for the next free ones (in ``pool.ready`` or ``pool.ready_async``, where a lane
+        whose job of that kind ends takes it itself)."""
         back: list = []
         for res in jobs:
             msg = self.runner.parse(res, self.header)
@@ -265,7 +267,7 @@ class Dispatcher:
                 self.solos.append((res, msg))
                 self.solo_since = time.monotonic()
             elif not self.pool.free:
-                (self.extra if kind == ASYNC else self.pool.ready).append((res, msg, now))
+                self._held(kind).append((res, msg, now))
             elif kind == ASYNC:
                 self.pool.run_async(self.pool.take(), res, msg)
             else:
@@ -291,12 +293,13 @@ class Dispatcher:
         EXTRA_HOLD, or this worker takes nothing more for now). Those that could not go back
         stay held (and go back with the rest of the slot when this worker exits, if it takes
         nothing more)."""
-        back, self.extra = self.extra, []
-        while True:
-            try:
-                back.append(self.pool.ready.popleft())  # (each one a lane did not take)
-            except IndexError:
-                break
+        back = []
+        for held in (self.pool.ready_async, self.pool.ready):
+            while True:
+                try:
+                    back.append(held.popleft())  # (each one a lane did not take)
+                except IndexError:
+                    break
         if not back:
             return
         e, left = self._requeue({res.member for res, _, _ in back})
@@ -306,8 +309,7 @@ class Dispatcher:
                             "back to their queue (%s)", self.w.slot, len(left), e)
             for item in back:
                 if item[0].member in left:
-                    (self.extra if self.runner.kind(item[1]) == ASYNC else self.pool.ready
-                     ).append(item)
+                    self._held(self.runner.kind(item[1])).append(item)
         self.extra_stuck = e is not None
 
     def _requeue(self, going: set) -> tuple[Exception | None, set]:

@@ -60,6 +60,7 @@ class Pool:
         # Sync jobs reserved ahead of the free lanes, parsed, (res, msg, reserved at): a lane
         # whose job ends goes on with the first at once, while ``taking`` (dispatch.py).
         self.ready: collections.deque = collections.deque()
+        self.ready_async: collections.deque = collections.deque()  # the same, async jobs
         self.taking = False
         self.stopping = lambda: False  # (the dispatcher's: TERM is seen before its next turn)
         # a job thread's JobTimeout never lands inside a logging lock (safepoints.py)
@@ -96,12 +97,16 @@ class Pool:
         self.kinds[lane.number] = "async"
         if self.loop is None:
             self._start_loop()
+        self._held_by(lane, res, msg)
+        asyncio.run_coroutine_threadsafe(self._task(lane, res, msg), self.loop)
+
+    @staticmethod
+    def _held_by(lane: Lane, res, msg: dict) -> None:
         # Its lane's record says it is held before the loop starts it (no time limit yet: it
         # runs from its start), so a job waiting on a blocked loop is counted and shown
         # (rt2 finding 6). Written before the hand-off: the loop writes the record after.
         lane.writer.begin(str(msg.get("jid", "")), res.queue, codec.job_class_name(msg), None,
                           0, res.member)
-        asyncio.run_coroutine_threadsafe(self._task(lane, res, msg), self.loop)
 
     # --- the threads -------------------------------------------------------------------------
     def _thread(self, lane: Lane, box: queue.SimpleQueue) -> None:
@@ -127,14 +132,14 @@ class Pool:
                 res, msg = nxt
             self.inbox.put(("done", lane.number, took))
 
-    def _next_ready(self):
-        """A job held ready for a lane to go on with (the dispatcher's), while it lets lanes
-        take them; else None. (deque.popleft is atomic: a job is taken by one lane, or by
-        the dispatcher putting them back, never both.)"""
+    def _next_ready(self, ready=None):
+        """A job held ready for a lane to go on with (the dispatcher's; ``ready``: the sync
+        ones by default), while it lets lanes take them; else None. (deque.popleft is atomic:
+        a job is taken by one lane, or by the dispatcher putting them back, never both.)"""
         if not self.taking or self.stopping():
             return None
         try:
-            res, msg, _ = self.ready.popleft()
+            res, msg, _ = (self.ready if ready is None else ready).popleft()
         except IndexError:
             return None
         return res, msg
@@ -150,7 +155,16 @@ class Pool:
                           self.slot, lane.number)
         finally:
             self.tasks.pop(lane.number, None)
-            self.inbox.put(("done", lane.number, time.monotonic() - began))
+            took = time.monotonic() - began
+            nxt = self._next_ready(self.ready_async)
+            if nxt is None:
+                self.inbox.put(("done", lane.number, took))
+            else:
+                # its lane goes on with a held async job, as a task of its own (a cancel
+                # meant for this job's task never reaches the next one)
+                self.inbox.put(("next", lane.number, took))
+                self._held_by(lane, *nxt)
+                self.loop.create_task(self._task(lane, *nxt))
 
     def _start_loop(self) -> None:
         ready = threading.Event()

@@ -128,3 +128,30 @@ def test_kill_9_with_jobs_held_ahead_marks_only_the_running_ones_suspects(daemon
     assert counts(r, jobs.DONE) == dict.fromkeys(quick + [gated, actor] + behind, 1)
     assert counts(r, jobs.RUNS) == {**dict.fromkeys(quick + behind, 1), gated: 2, actor: 2}
     assert r.llen("queue:default") == 0 and r.keys(RESERVED) == []
+
+
+def test_async_jobs_held_ahead_go_back_to_their_queue_and_run_once(daemon, producer, r):
+    # Given one process of 2 lanes running async jobs: 60 quick ones, then 2 that await a
+    # gate, then 6 quick ones behind them
+    from threadjobs import AsyncCounted, AsyncGateWait
+    d = daemon(concurrency=1, threads=2, require=JOBS)
+    quick = AsyncCounted.perform_bulk([[0]] * 60)
+    gated = AsyncGateWait.perform_bulk([["async-ahead"]] * 2)
+    behind = AsyncCounted.perform_bulk([[0]] * 6)
+    reserved = Keys().reserved(d.identity(), 0)
+    # When the quick ones have run fast (each lane going on with the next held one), the jobs
+    # behind the gated ones are held ahead of the two busy lanes
+    wait_for(lambda: _jids_reserved(r, reserved) & set(behind), 10, interval=0.002,
+             what="an async job behind the gated ones held ahead")
+    # Then they go back to the head of the queue unrun, in order and unmarked, and once the
+    # gate opens every job runs exactly once
+    wait_for(lambda: r.llen("queue:default") == 6, 10, interval=0.01, what="held ones back")
+    assert _queue(r) == [(j, {}) for j in reversed(behind)]
+    assert [j for j in behind if j in counts(r, jobs.RUNS)] == []
+    assert _jids_reserved(r, reserved) == set(gated)
+    jobs.open_gate(r, "async-ahead")
+    wait_for(lambda: len(counts(r, jobs.DONE)) == 68, 20, what="every job done")
+    assert d.stop() == 0
+    assert counts(r, jobs.RUNS) == dict.fromkeys(quick + gated + behind, 1)
+    assert counts(r, jobs.DONE) == dict.fromkeys(quick + gated + behind, 1)
+    assert r.llen("queue:default") == 0 and r.keys(RESERVED) == []
