@@ -1,20 +1,20 @@
-"""How many jobs a worker of many jobs at once holds ready ahead of its lanes (dispatch.py
-``Dispatcher._ahead``): as many as its lanes finish in PREFETCH_WAIT at the pace their recent
+"""How many jobs a worker of many jobs at once holds ready ahead of its lanes (ahead.py
+``Ahead.ahead``): as many as its lanes finish in PREFETCH_WAIT at the pace their recent
 run times give, within prefetch and max_jobs. Pure arithmetic on the dispatcher's state."""
 from __future__ import annotations
 
 import collections
 from types import SimpleNamespace
 
-from queued.server.dispatch import PREFETCH_WAIT, Dispatcher
+from queued.server.ahead import PREFETCH_WAIT, Ahead
 
 
 def ahead(lanes, took, prefetch=8, busy=None, recycler=None, now=100.0, paused_until=0.0):
     state = SimpleNamespace(
         took=collections.deque(took, maxlen=lanes), no_ahead_until=paused_until,
         pool=SimpleNamespace(size=lanes, busy=lanes if busy is None else busy),
-        w=SimpleNamespace(config=SimpleNamespace(prefetch=prefetch)), recycler=recycler)
-    return Dispatcher._ahead(state, now)
+        prefetch=prefetch, recycler=recycler)
+    return Ahead.ahead(state, now)
 
 
 def test_jobs_of_20_ms_on_25_lanes_hold_six():

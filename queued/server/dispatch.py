@@ -3,14 +3,8 @@ lanes that are free and hands each to the pool (pool.py), acks the jobs that end
 
 Fetch stays one pipelined connection with its acks riding in the reserve calls (fetch.py),
 owned by this thread alone; the lanes end their jobs through SharedEnds (sharedends.py). It
-reserves as many jobs as there are free lanes, and while its lanes finish jobs quickly a few
-more (``ahead``): as many as its lanes finish in PREFETCH_WAIT at their recent pace, so a lane
-that frees starts its next job from memory instead of after a round trip to Redis (issue 17:
-that round trip was a third of the gap between two 20 ms jobs on a lane). So a job never waits
-here behind others long (issue 16: a worker that held eight jobs behind a 12-second one): with
-slow jobs the pace gives none ahead; jobs held ahead that wait EXTRA_HOLD (every lane stayed
-busy) go back to the head of their queue, and so do they at once when the worker stops
-taking jobs (TERM, quiet, recycling, a job to run alone).
+reserves as many jobs as there are free lanes, and while the lanes finish jobs fast a few more,
+held ready for them (ahead.py: a lane whose job ends goes straight on with the next).
 
 While there is nothing to take it does not block on Redis itself: the blocker thread (below)
 waits in BLMOVE on its own connection, exactly as a worker of one job does (the landing list,
@@ -24,12 +18,11 @@ jobs in flight: recovery.py) wait until every lane is free; nothing else starts 
 and one of them runs in this thread under SIGALRM (an async one on the loop, alone). TERM,
 quiet, a rolling restart and recycling stop the reserving and wait for every lane.
 
-Does not own the process's setup and signals (worker.py), the lanes (pool.py), nor one job
-(runner.py).
+Does not own the process's setup and signals (worker.py), the lanes (pool.py), the jobs held
+ahead (ahead.py), nor one job (runner.py).
 """
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import queue
@@ -44,6 +37,7 @@ from . import log as logsetup
 from . import recovery
 from .fetch import Fetcher
 from .pool import Pool
+from .ahead import Ahead
 from .runner import ASYNC, NO_TITLE, SOLO, Lane, Runner
 from .outcomes import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL
 from .sharedends import SharedEnds
@@ -56,14 +50,6 @@ log = logging.getLogger("queued.worker")
 #: Longest the dispatcher waits without looking around (ticks its record, notices a dead
 #: parent) (seconds).
 TICK = 1.0
-#: The longest a job reserved ahead of the free lanes should wait for one, at the pace the lanes
-#: finish jobs (lanes / the mean of their recent jobs' run times) (seconds): jobs of 20 ms on 25
-#: lanes give 6 ahead, jobs of 200 ms none.
-PREFETCH_WAIT = 0.005
-#: Jobs held ahead this long while every lane stayed busy go back to the head of their queue,
-#: and none are reserved ahead for AHEAD_PAUSE after (seconds).
-EXTRA_HOLD = 0.1
-AHEAD_PAUSE = 1.0
 #: How long a job that must run alone (a suspect) waits while fresh jobs still start beside
 #: the running ones; then nothing more starts until the lanes are free and it has run
 #: (seconds).
@@ -97,10 +83,9 @@ class Dispatcher:
         self.solos: list = []   # (res, msg) reserved, to run alone once the lanes are free
         self.solo_since = 0.0   # when the first of them was reserved (monotonic)
         self.solo_drain = False  # take nothing more until it has run (see _must_wait)
-        self.took = collections.deque(maxlen=w.threads)  # run times of the last jobs (s)
-        self.no_ahead_until = 0.0
-        self.extra_stuck = False  # the last try to put them back failed (said once)
         self.recycler = w.recycler
+        self.ahead = Ahead(self.pool, self.runner, w.recycler, cfg.prefetch, w.slot,
+                           self._requeue)
         self.alone: int | None = None  # the lane of a job running alone
         self._main_ready = False
 
@@ -137,7 +122,7 @@ class Dispatcher:
         self._tick()
         if self.w.stopping or self._must_wait():
             self.pool.taking = False
-            self._return_extra()
+            self.ahead.put_back()
             self._flush()
             self._wait(TICK)
             return
@@ -145,24 +130,20 @@ class Dispatcher:
             # (the acks of the jobs before go out first, and are applied: a suspect may well
             # kill this process, and they must not run again for it)
             self.pool.taking = False
-            self._return_extra()
+            self.ahead.put_back()
             self._take_ends()
             self.fetcher.flush()
             self._run_solo(*self.solos.pop(0))
             self.solo_since, self.solo_drain = time.monotonic(), bool(self.solos)
             return
         self.pool.taking = True
-        self._start_held()
+        self.ahead.start()
         now = time.monotonic()
-        oldest = self._oldest_held()
-        if oldest is not None and now - oldest >= EXTRA_HOLD:
-            self._return_extra()
-            self.no_ahead_until = now + AHEAD_PAUSE
-            oldest = None
-        want = self._wanted(now)
+        due = self.ahead.due(now)
+        want = self.ahead.wanted(now)
         if want <= 0:
             self._flush()
-            self._wait(TICK if oldest is None else max(0.0, oldest + EXTRA_HOLD - now))
+            self._wait(TICK if due is None else due)
             return
         self._take_ends()
         jobs = self.fetcher.reserve(want, self.landing, adopt=not self.pool.busy)
@@ -179,30 +160,6 @@ class Dispatcher:
         self._flush()
         self._wait(TICK)
 
-    def _wanted(self, now: float) -> int:
-        """How many jobs to reserve now: one per free lane, and some ahead while the lanes
-        finish jobs fast (``ahead``). Jobs held ahead are topped up once half are gone, so a
-        busy worker asks Redis once for several lanes' next jobs, not once per job."""
-        ahead, held = self._ahead(now), self.held()
-        if not self.pool.free and held > ahead // 2:
-            return 0
-        return self.pool.free + ahead - held
-
-    def _ahead(self, now: float) -> int:
-        """As many jobs as the lanes finish in PREFETCH_WAIT at their pace (lanes / the mean
-        run time of the last ``threads`` jobs: jobs that started together end together, so
-        the gaps between ends said nothing of their length: RT6), at most ``prefetch`` - 1 and
-        at most what ``max_jobs`` leaves; none for AHEAD_PAUSE after held jobs went back."""
-        if not self.took or now < self.no_ahead_until:
-            return 0
-        mean = sum(self.took) / len(self.took)
-        ahead = min(self.w.config.prefetch - 1,
-                    int(self.pool.size * PREFETCH_WAIT / max(mean, 1e-6)))
-        r = self.recycler
-        if r is not None and r.max_jobs is not None:
-            ahead = min(ahead, max(0, r.max_jobs - r.jobs - self.pool.busy))
-        return ahead
-
     def _must_wait(self) -> bool:
         """Reserve nothing now: a job runs alone; or a job waits to run alone until the
         lanes are free, and has waited SOLO_PATIENCE (fresh jobs start until then: rt2
@@ -218,42 +175,11 @@ class Dispatcher:
                     or time.monotonic() - self.solo_since >= SOLO_PATIENCE)
         return bool(self.fetcher.lost_reply)
 
-    def held(self) -> int:
-        """Jobs reserved and not started: held for the next free lanes."""
-        return len(self.pool.ready) + len(self.pool.ready_async)
-
-    def _oldest_held(self) -> float | None:
-        """When the earliest job held now was reserved (monotonic), or None."""
-        times = []
-        for held in (self.pool.ready, self.pool.ready_async):
-            try:
-                times.append(held[0][2])  # (a lane may have taken it meanwhile)
-            except IndexError:
-                pass
-        return min(times) if times else None
-
-    def _held(self, kind: str):
-        """Where a job of ``kind`` waits for a lane (held ahead): the pool's, so a lane whose
-        job ends goes on with it."""
-        return self.pool.ready_async if kind == ASYNC else self.pool.ready
-
-    def _start_held(self) -> None:
-        """The free lanes take the jobs held for them, earliest first of each kind."""
-        for held, run in ((self.pool.ready_async, self.pool.run_async),
-                          (self.pool.ready, self.pool.run_sync)):
-            while self.pool.free:
-                try:
-                    res, msg, _ = held.popleft()
-                except IndexError:
-                    break
-                run(self.pool.take(), res, msg)
-
     def _start(self, jobs: list, now: float) -> None:
         """Hand reserved jobs to free lanes, in order; one that must run alone waits for an
         empty pool (one at a time: the others go back to the head of their queue, for another
         process, or for this one once it has run its own); those beyond the free lanes are
-        held for the next free ones (in ``pool.ready`` or ``pool.ready_async``, where a lane
-        whose job of that kind ends takes it itself)."""
+        held for the next free ones (ahead.py)."""
         back: list = []
         for res in jobs:
             msg = self.runner.parse(res, self.header)
@@ -267,7 +193,7 @@ class Dispatcher:
                 self.solos.append((res, msg))
                 self.solo_since = time.monotonic()
             elif not self.pool.free:
-                self._held(kind).append((res, msg, now))
+                self.ahead.hold(kind, res, msg, now)
             elif kind == ASYNC:
                 self.pool.run_async(self.pool.take(), res, msg)
             else:
@@ -287,30 +213,6 @@ class Dispatcher:
             log.warning("worker %d: %d job(s) to run alone could not go back to their queue "
                         "(%s); %d run here, one at a time", self.w.slot, len(back), e, len(left))
             self.solos.extend(item for item in back if item[0].member in left)
-
-    def _return_extra(self) -> None:
-        """Jobs held for the next free lanes go back to the head of their queue (they waited
-        EXTRA_HOLD, or this worker takes nothing more for now). Those that could not go back
-        stay held (and go back with the rest of the slot when this worker exits, if it takes
-        nothing more)."""
-        back = []
-        for held in (self.pool.ready_async, self.pool.ready):
-            while True:
-                try:
-                    back.append(held.popleft())  # (each one a lane did not take)
-                except IndexError:
-                    break
-        if not back:
-            return
-        e, left = self._requeue({res.member for res, _, _ in back})
-        if e is not None:
-            if not self.extra_stuck:  # (said once: this is tried again every turn meanwhile)
-                log.warning("worker %d: %d job(s) held for the next free lanes could not go "
-                            "back to their queue (%s)", self.w.slot, len(left), e)
-            for item in back:
-                if item[0].member in left:
-                    self._held(self.runner.kind(item[1])).append(item)
-        self.extra_stuck = e is not None
 
     def _requeue(self, going: set) -> tuple[Exception | None, set]:
         """Put the slot's reservations ``going`` back at the head of their queues, keeping the
@@ -379,7 +281,7 @@ class Dispatcher:
                 if item[1] == self.alone:
                     self.alone = None
             if len(item) > 2:
-                self.took.append(item[2])
+                self.ahead.ended(item[2])
             if self.recycler is not None:
                 why = self.recycler.after_job(0.0)
                 if why and not self.w.stopping:
@@ -412,7 +314,7 @@ class Dispatcher:
 
     # --- the process's record, title, outages ----------------------------------------------------
     def _tick(self) -> None:
-        self.w.writer.tick(len(self.solos) + self.held(), self.watchdog.lag,
+        self.w.writer.tick(len(self.solos) + self.ahead.count(), self.watchdog.lag,
                            self.watchdog.blocker)
 
     def _show(self) -> None:
