@@ -269,3 +269,18 @@ def test_workers_is_not_fooled_by_a_jid_inside_another_jobs_args(r, redis_url, h
             b'"jid":"aaaaaaaaaaaaaaaaaaaaaaaa"}')
     running = b'{"class":"X","args":[2],"jid":"bbbbbbbbbbbbbbbbbbbbbbbb"}'
     assert _running_after_a_beat(r, redis_url, hb, table, done, running) == running
+
+
+def test_workers_shows_what_a_lane_runs_even_when_its_reservation_is_gone(r, redis_url, hb, table):
+    # Given a slot whose reserved zset holds another lane's job only (this lane's job was
+    # acked a moment before its record turned idle)
+    other = b'{"class":"Other","args":[1],"jid":"aaaaaaaaaaaaaaaaaaaaaaaa"}'
+    _reserve_all(redis_url, 0, [other], r)
+    table.reset(0, 100)
+    SlotWriter(table, 0, 100).begin("c" * 24, "default", "Mine", None)
+    # When the heartbeat runs
+    hb.beat(table.views(), False, 30_000)
+    # Then :workers shows this lane's own job (its record's class and jid), not the other
+    # lane's payload (RT7: one job shown on up to 9 lanes)
+    assert json.loads(_running_payload(r, 100)) == {"class": "Mine", "args": [],
+                                                     "jid": "c" * 24}

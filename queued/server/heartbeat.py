@@ -121,8 +121,12 @@ class Heartbeat:
             pipe.zrange(self.keys.reserved(self.identity, v.slot), 0, -1)
         out = {}
         for v, members in zip(busy, pipe.execute()):
-            member = find(members, Running.of(v)) or (members[0] if members else None)
-            raw = member.split(b"\0", 2)[2] if member else b"{}"
+            member = find(members, Running.of(v))
+            # (not found: its ack went out before its record turned idle, or the record was
+            # read before the reservation; what the record itself says, never another lane's
+            # job: RT7 showed one job on up to 9 lanes of a beat)
+            raw = member.split(b"\0", 2)[2] if member else json.dumps(
+                {"class": v.job_class, "args": [], "jid": v.jid}).encode()
             out[thread_tag(v.pid, v.record)] = json.dumps({
                 "queue": v.queue, "payload": raw.decode("utf-8", "replace"),
                 "run_at": int(v.started_at), "pid": v.pid,
