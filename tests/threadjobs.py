@@ -282,3 +282,19 @@ class AsyncTouches(queued.Job):
             await asyncio.sleep(min(every, max(0.0, end - time.monotonic())))
             await r.rpush("t:touched:async", "1" if self.touch() else "0")
         await r.hincrby(DONE, self.jid, 1)
+
+
+class AsyncCancelsItself(queued.Job):
+    """Fails with a cancel left pending on its own task (a library that cancels the current
+    task and swallows it once): its end must still be written, counted and its lane freed."""
+    queued_options = {"retry": 0}
+
+    async def perform(self):
+        _start(self)
+        asyncio.current_task().cancel()
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            pass
+        asyncio.current_task().cancel()
+        raise ValueError("failed with a cancel pending")

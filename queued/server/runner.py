@@ -270,15 +270,15 @@ class Runner:
             # dispatcher: sharedends.py.)
             lane.writer.ending()
             ctx = contextvars.copy_context()  # the job's log context goes with its end
-            hook = await asyncio.get_running_loop().run_in_executor(
-                self.ends_executor, ctx.run, self._ended, run, lane, error, elapsed)
+            hook = await _past_cancels(asyncio.get_running_loop().run_in_executor(
+                self.ends_executor, ctx.run, self._ended, run, lane, error, elapsed))
         else:  # an ack (queued for the dispatcher: sharedends.py), or this job is alone
             hook = self._ended(run, lane, error, elapsed)
         result = call_hook(job, hook, *(() if error is None else (error,)))
         if inspect.isawaitable(result):
             try:
                 await result
-            except Exception:  # noqa: BLE001 - as call_hook
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - as call_hook
                 log.exception("%s hook raised", hook)
         self._done(run, lane, error, elapsed)
         logsetup.set_context("")
@@ -461,3 +461,16 @@ def _name(msg: dict) -> str:
 def single_lane(writer, title) -> Lane:
     """The one lane of a worker of one job at a time: its record, its title, SIGALRM."""
     return Lane(0, writer, title, job_timeout)
+
+
+async def _past_cancels(fut):
+    """The result of ``fut`` (the job's end, written on the ends thread), however many cancels
+    the job left pending on its own task: one that cancelled its task and swallowed it, then
+    failed, had the write's await cancelled, so its end was not counted and its lane stayed
+    shown busy (RT7). The write runs on whatever happens here; this only waits for it."""
+    while True:
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if fut.done():
+                return fut.result()
