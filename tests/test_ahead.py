@@ -30,6 +30,16 @@ def test_slow_jobs_hold_none_even_when_they_ended_together():
     assert ahead(25, [0.2] * 25) == 0
 
 
+def test_the_pace_is_the_mean_of_the_jobs_seen_not_the_last_nor_the_slowest():
+    # 24 jobs of 1 ms and one of 200 ms on 25 lanes: a mean of 8.96 ms, 13.95 in 5 ms, so 13
+    # (the slowest gives 0, the last 0, the fastest or the median 125; rounding 14)
+    assert ahead(25, [0.001] * 24 + [0.2], prefetch=100) == 13
+    assert ahead(25, [0.2] + [0.001] * 24, prefetch=100) == 13
+    # Before as many jobs as lanes ended, the mean is of those that did: one of 10 ms on 25
+    # lanes, 12.5 in 5 ms (a mean over every lane would give 312, so prefetch - 1)
+    assert ahead(25, [0.010], prefetch=100) == 12
+
+
 def test_prefetch_bounds_it_and_one_means_none():
     assert ahead(25, [0.001] * 25) == 7       # 125 in 5 ms, at most prefetch - 1
     assert ahead(25, [0.001] * 25, prefetch=1) == 0
@@ -63,3 +73,8 @@ def test_a_lane_goes_on_with_a_held_job_only_while_the_dispatcher_lets_it_and_no
     state.taking = True
     assert Pool._next_ready(state) == ("res2", {"jid": "2"})
     assert Pool._next_ready(state) is None and not state.ready
+    # An async lane takes from the deque it names (the async jobs held), not the sync one
+    state.ready.append(("res3", {"jid": "3"}, 3.0))
+    held_async = collections.deque([("res4", {"jid": "4"}, 4.0)])
+    assert Pool._next_ready(state, held_async) == ("res4", {"jid": "4"})
+    assert not held_async and len(state.ready) == 1

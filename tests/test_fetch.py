@@ -101,6 +101,37 @@ def test_a_batch_is_scored_at_redis_time_plus_one_microsecond_per_job(r, fetcher
     assert [s for _, s in members] == sorted({s for _, s in members})
 
 
+def test_a_batch_scored_across_a_second_boundary_carries_exactly(r):
+    """The same integer formats at a TIME fixed 20 us before a second ends (reserve.lua run
+    with its one TIME call replaced by that value): the places past it carry into the next
+    second, and every score is the decimal TIME + place us exactly. (At the clock's TIME the
+    test above meets a carry once in ~20,000 runs; the float scores of before were off by an
+    ulp at 5 of these 50 places, where at the clock's TIME they could all be right.)"""
+    import os
+    from queued.server import scripts
+    with open(os.path.join(os.path.dirname(scripts.__file__), "lua", "reserve.lua")) as f:
+        source = f.read()
+    call = "local t = redis.call('TIME')"
+    assert source.count(call) == 1
+    sec, usec = 1795726059, 999980
+    fixed = source.replace(call, f"local t = {{'{sec}', '{usec}'}}")
+    r.hset(K.masters, IDENTITY, "{}")
+    r.lpush("queue:default", *(job(i) for i in range(50)))
+    # KEYS: reserved, landing, masters, paused, the queue; ARGV: N, Q, the landing's queue,
+    # identity, adopt, no acks, the queue's name, one fetch order for every job
+    reply = r.eval(fixed, 5, RESERVED, K.landing(IDENTITY, 0, "default"), K.masters, K.paused,
+                   "queue:default", 50, 1, "default", IDENTITY, 1, 0, "default", 1)
+    assert reply[:6] == [0, 0, 0, 1, 0, 0] and len(reply) == 56
+    members = reserved(r)
+    assert [m for m, _ in members] == reply[6:]
+    assert [m.split(b"\0", 2)[1].decode() for m, _ in members] == [
+        f"{sec}.{usec}.{place}" for place in range(6, 56)]
+    assert [s for _, s in members] == [
+        float(f"{sec + (usec + place) // 1_000_000}.{(usec + place) % 1_000_000:06d}")
+        for place in range(6, 56)]
+    assert members[20 - 6][1] == 1795726060.0  # (the first place past the second)
+
+
 def test_strict_order_drains_the_first_queue_first(r, make_fetcher):
     f = make_fetcher(queues=("high", "low"))
     r.lpush("queue:low", job(1, "low"), job(2, "low"))
@@ -769,6 +800,9 @@ def test_every_field_of_one_reserve_reply_is_read_from_its_place(r, make_fetcher
         f.ack(g)
     r.delete("queue:broken")
     assert f.reserve(10) == [] and r.zcard(RESERVED) == 0
+    # (acked read from its place: all 6 acks of that call, job(1)'s too, found their
+    # reservation, else the worker would warn that they had lost it)
+    assert [m for m in caplog.messages if "lost their reservation" in m] == []
     assert f.bad_queues == [] and f.paused == ["p1", "p2"]
     assert f.registered is True and f.checked_all is True
     # And with the master's registration gone, the call says so and takes nothing

@@ -271,7 +271,7 @@ def test_workers_is_not_fooled_by_a_jid_inside_another_jobs_args(r, redis_url, h
     assert _running_after_a_beat(r, redis_url, hb, table, done, running) == running
 
 
-def test_workers_shows_what_a_lane_runs_even_when_its_reservation_is_gone(r, redis_url, hb, table):
+def test_workers_shows_what_a_slot_runs_even_when_its_reservation_is_gone(r, redis_url, hb, table):
     # Given a slot whose reserved zset holds another lane's job only (this lane's job was
     # acked a moment before its record turned idle)
     other = b'{"class":"Other","args":[1],"jid":"aaaaaaaaaaaaaaaaaaaaaaaa"}'

@@ -201,14 +201,21 @@ def _tracking_clients(r) -> list[str]:
 
 def test_tracking_is_off_while_every_worker_is_busy_and_a_push_meanwhile_still_wakes_one(
         r, redis_url, waker):
-    # Given a waker set up (tracking on), then no worker waiting for longer than
-    # TRACK_IDLE_OFF (every one busy)
+    # Given a waker set up (tracking on) more than TRACK_IDLE_OFF ago, no worker waiting since
+    # (every one busy). (Set up in the past, so the clock's own later steps keep it off: set
+    # up now and stepped at now + TRACK_IDLE_OFF, the next steps at the clock's time went back
+    # before it and turned tracking on again with no worker waiting.)
     from queued.server.waker import TRACK_IDLE_OFF
-    now = time.monotonic()
-    waker.step(now=now)
+    waker.step(now=time.monotonic() - TRACK_IDLE_OFF - 0.1)
     assert len(_tracking_clients(r)) == 1
-    waker.step(now=now + TRACK_IDLE_OFF + 0.1)
-    # Then tracking is off: Redis matches no key against the prefixes, sends no message
+    # (set up, it looks at every queue: forget that, so b is pending only if the turn back
+    # on looks at every queue again)
+    waker.pending.clear()
+    waker.step()
+    # Then tracking is off: Redis matches no key against the prefixes, sends no message;
+    # and it stays off while no worker waits
+    assert _tracking_clients(r) == [] and not waker.tracking
+    waker.step()
     assert _tracking_clients(r) == [] and not waker.tracking
     waker.keys_read.clear()
     r.lpush(K.queue("b"), b"job")  # (a push while it is off: no message tells of it)

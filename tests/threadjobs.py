@@ -298,3 +298,18 @@ class AsyncCancelsItself(queued.Job):
             pass
         asyncio.current_task().cancel()
         raise ValueError("failed with a cancel pending")
+
+
+class AsyncHookCancelsItself(queued.Job):
+    """Fails, and its async after_failed hook is cancelled inside (a library that cancels the
+    current task): a hook's cancel is logged like its error, and the job still ends counted
+    with its lane freed."""
+    queued_options = {"retry": 0}
+
+    async def perform(self):
+        _start(self)
+        raise ValueError("failed, then its hook is cancelled")
+
+    async def after_failed(self, exc):
+        asyncio.current_task().cancel()
+        await asyncio.sleep(0)

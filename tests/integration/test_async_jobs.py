@@ -222,3 +222,25 @@ def test_an_async_job_failing_with_a_cancel_pending_on_its_task_ends_counted_and
     assert r.hgetall(f"{identity}:workers") == {}
     assert runs(r) == {jid: 1}
     assert d.stop() == 0
+
+
+def test_an_async_job_whose_async_hook_is_cancelled_ends_counted_and_frees_its_lane(
+        daemon, producer, r):
+    # Given one process of 2 lanes, quick to beat
+    d = daemon(concurrency=1, threads=2, heartbeat_interval=0.5, require=JOBS)
+    # When an async job fails and its async after_failed hook is cancelled inside (the hook's
+    # await raised CancelledError past `except Exception`: its end was written, but not
+    # counted, and its lane shown busy)
+    jid = threadjobs.AsyncHookCancelsItself.perform_async()
+    # Then it is in dead once with its own error, counted as processed and failed, and its
+    # process beats with nothing busy and no row in its workers hash
+    wait_for(lambda: len(zjobs(r, "dead")) == 1, 10, what="the job in dead")
+    (entry,) = zjobs(r, "dead")
+    assert (entry["jid"], entry["error_class"]) == (jid, "ValueError")
+    wait_for(lambda: int(r.get("stat:failed") or 0) == 1, 10, what="the failure counted")
+    assert int(r.get("stat:processed") or 0) == 1
+    (identity,) = [m.decode() for m in r.smembers("processes")]
+    wait_for(lambda: r.hget(identity, "busy") == b"0", 10, what="nothing busy in the beat")
+    assert r.hgetall(f"{identity}:workers") == {}
+    assert runs(r) == {jid: 1}
+    assert d.stop() == 0
