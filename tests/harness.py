@@ -52,12 +52,13 @@ def worker_connections(r, blocked: bool = False) -> list[dict]:
 
 class Monitor:
     """Redis MONITOR in a thread: the commands Redis ran, in order, as (client "ip:port",
-    command). Used to see which queue an idle worker's BLMOVE waits on, which CLIENT LIST
-    does not say. Close it when done."""
+    command), and when (``timed``: Redis's clock). Used to see which queue an idle worker's
+    BLMOVE waits on, which CLIENT LIST does not say. Close it when done."""
 
     def __init__(self, url: str):
         self.r = redis.Redis.from_url(url)
         self._seen: list[tuple[str, str]] = []
+        self._times: list[float] = []
         self._lock = threading.Lock()
         self._stop = f"queued-test-monitor-stop-{os.getpid()}-{time.time_ns()}"
         started = threading.Event()
@@ -73,6 +74,7 @@ class Monitor:
                 with self._lock:
                     self._seen.append((f"{c['client_address']}:{c['client_port']}",
                                        c["command"]))
+                    self._times.append(float(c["time"]))
                 if c["command"] == f"ECHO {self._stop}":
                     return
 
@@ -87,6 +89,13 @@ class Monitor:
         self.r.echo(token.split()[1])
         return wait_for(lambda: any(cmd == token for _, cmd in self.commands()[start:])
                         and self.commands(), 10, what="MONITOR to catch up")
+
+    def timed(self) -> list[tuple[float, str, str]]:
+        """sync()'s commands as (time Redis ran it, client "ip:port", command): Redis's
+        clock, which the masters on this host share."""
+        seen = self.sync()
+        with self._lock:
+            return [(t, addr, cmd) for t, (addr, cmd) in zip(self._times, seen)]
 
     def blocked_on(self) -> dict[str, str]:
         """The queue each blocked worker connection waits on: {connection name: queue}."""

@@ -29,14 +29,19 @@ def test_give_back_keeps_the_running_job_and_those_before_it(r, make_fetcher):
     assert r.zrange(K.reserved(FETCH_IDENTITY, 0), 0, -1) == [b.member for b in batch[:2]]
 
 
-def test_the_master_acts_once_the_job_in_front_ran_past_the_limit(r, make_fetcher,
-                                                                  monkeypatch):
+def _three_reserved(r, make_fetcher):
+    """A slot that reserved three jobs in one batch, its record (SlotWriter, pid 4242) and a
+    master's GiveBack over one slot."""
     f = make_fetcher()
     r.lpush("queue:default", *[job(i) for i in range(1, 4)])
     batch = f.reserve(3)
     table = SlotTable(1)
-    w = SlotWriter(table, 0, 4242)
-    gb = GiveBack(1)
+    return batch, table, SlotWriter(table, 0, 4242), GiveBack(1)
+
+
+def test_the_master_acts_once_the_job_in_front_ran_past_the_limit(r, make_fetcher,
+                                                                  monkeypatch):
+    batch, table, w, gb = _three_reserved(r, make_fetcher)
     # The master's clock is the test's: the job began between `before` and `after` on the
     # real one, and the master's steps come when the test says, however loaded the machine
     before = time.monotonic()
@@ -60,12 +65,7 @@ def test_a_worker_looks_only_after_a_job_the_master_could_have_judged_slow(r, ma
     """Issue 18: the look costs two lockf calls, so the worker makes it only after a job that
     ran HOLD_LIMIT or more (by the stamp its record had): before that the master cannot have
     acted on it; an act on a slow job is seen after that job."""
-    f = make_fetcher()
-    r.lpush("queue:default", *[job(i) for i in range(1, 4)])
-    batch = f.reserve(3)
-    table = SlotTable(1)
-    w = SlotWriter(table, 0, 4242)
-    gb = GiveBack(1)
+    batch, table, w, gb = _three_reserved(r, make_fetcher)
     # Given a job that ran past the limit with two held behind it, given back by the master
     w.begin(json.loads(batch[0].payload)["jid"], "default", "X", None, held=2)
     time.sleep(HOLD_LIMIT)

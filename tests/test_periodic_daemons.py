@@ -32,32 +32,7 @@ def ticks(r, queue="ticks", name="every_second") -> list[float]:
     return [j["cron_tick"] for j in jobs(r, queue) if j["cron_name"] == name]
 
 
-class TimedMonitor(Monitor):
-    """MONITOR with the time Redis ran each command (Redis's clock, which the masters on this
-    host share): ``timed()`` is (time, client "ip:port", command) for each."""
-
-    def __init__(self, url: str):
-        self._times: list[float] = []
-        super().__init__(url)
-
-    def _run(self, started) -> None:
-        with self.r.monitor() as m:
-            started.set()
-            for c in m.listen():
-                with self._lock:
-                    self._seen.append((f"{c['client_address']}:{c['client_port']}",
-                                       c["command"]))
-                    self._times.append(float(c["time"]))
-                if c["command"] == f"ECHO {self._stop}":
-                    return
-
-    def timed(self) -> list[tuple[float, str, str]]:
-        seen = self.sync()
-        with self._lock:
-            return [(t, addr, cmd) for t, (addr, cmd) in zip(self._times, seen)]
-
-
-def offers(monitor: TimedMonitor, name: str) -> tuple[float, list[float], dict, list]:
+def offers(monitor: Monitor, name: str) -> tuple[float, list[float], dict, list]:
     """What Redis ran for schedule ``name`` (MONITOR): the tick its first cron_sync.lua
     counted as pushed (a schedule does not fire for the tick before it existed; later syncs
     keep what is recorded), and the ticks the masters offered to cron_enqueue.lua, in the
@@ -120,14 +95,14 @@ def assert_each_tick_once(got: list[float], seen: tuple) -> None:
 
 
 def test_three_masters_push_every_tick_once_through_a_kill_and_a_restart(daemon, r, redis_url):
-    monitor = TimedMonitor(redis_url)  # from before the first master: every offer is seen
+    monitor = Monitor(redis_url)  # from before the first master: every offer is seen
     try:
         three_masters_through_a_kill_and_a_restart(daemon, r, monitor)
     finally:
         monitor.close()
 
 
-def three_masters_through_a_kill_and_a_restart(daemon, r, monitor: TimedMonitor):
+def three_masters_through_a_kill_and_a_restart(daemon, r, monitor: Monitor):
     # Given three masters with the same every-second schedule
     masters = [daemon(**settings()) for _ in range(3)]
     wait_for(lambda: len(ticks(r)) >= 2, 10, what="the first ticks")

@@ -203,15 +203,12 @@ def test_async_jobs_that_only_waited_on_a_held_loop_are_not_charged(daemon, prod
     assert d.stop() == 0
 
 
-def test_an_async_job_failing_with_a_cancel_pending_on_its_task_ends_counted_and_frees_its_lane(
-        daemon, producer, r):
-    # Given one process of 2 lanes, quick to beat
+def _fails_once_counted_with_its_lane_free(daemon, r, job_class) -> None:
+    """One ``job_class`` job on a process of 2 lanes, quick to beat: it is in dead once with
+    its own error, counted as processed and failed, and its process beats with nothing busy
+    and no row in its workers hash."""
     d = daemon(concurrency=1, threads=2, heartbeat_interval=0.5, require=JOBS)
-    # When an async job cancels its own task, swallows it, cancels it again and fails (RT7:
-    # the cancel hit the write of its end: not counted, its lane shown busy for ever)
-    jid = threadjobs.AsyncCancelsItself.perform_async()
-    # Then it is in dead once with its own error, counted as processed and failed, and its
-    # process beats with nothing busy and no row in its workers hash
+    jid = job_class.perform_async()
     wait_for(lambda: len(zjobs(r, "dead")) == 1, 10, what="the job in dead")
     (entry,) = zjobs(r, "dead")
     assert (entry["jid"], entry["error_class"]) == (jid, "ValueError")
@@ -222,25 +219,18 @@ def test_an_async_job_failing_with_a_cancel_pending_on_its_task_ends_counted_and
     assert r.hgetall(f"{identity}:workers") == {}
     assert runs(r) == {jid: 1}
     assert d.stop() == 0
+
+
+def test_an_async_job_failing_with_a_cancel_pending_on_its_task_ends_counted_and_frees_its_lane(
+        daemon, producer, r):
+    # An async job that cancels its own task, swallows it, cancels it again and fails (RT7:
+    # the cancel hit the write of its end: not counted, its lane shown busy for ever)
+    _fails_once_counted_with_its_lane_free(daemon, r, threadjobs.AsyncCancelsItself)
 
 
 def test_an_async_job_whose_async_hook_is_cancelled_ends_counted_and_frees_its_lane(
         daemon, producer, r):
-    # Given one process of 2 lanes, quick to beat
-    d = daemon(concurrency=1, threads=2, heartbeat_interval=0.5, require=JOBS)
-    # When an async job fails and its async after_failed hook is cancelled inside (the hook's
-    # await raised CancelledError past `except Exception`: its end was written, but not
-    # counted, and its lane shown busy)
-    jid = threadjobs.AsyncHookCancelsItself.perform_async()
-    # Then it is in dead once with its own error, counted as processed and failed, and its
-    # process beats with nothing busy and no row in its workers hash
-    wait_for(lambda: len(zjobs(r, "dead")) == 1, 10, what="the job in dead")
-    (entry,) = zjobs(r, "dead")
-    assert (entry["jid"], entry["error_class"]) == (jid, "ValueError")
-    wait_for(lambda: int(r.get("stat:failed") or 0) == 1, 10, what="the failure counted")
-    assert int(r.get("stat:processed") or 0) == 1
-    (identity,) = [m.decode() for m in r.smembers("processes")]
-    wait_for(lambda: r.hget(identity, "busy") == b"0", 10, what="nothing busy in the beat")
-    assert r.hgetall(f"{identity}:workers") == {}
-    assert runs(r) == {jid: 1}
-    assert d.stop() == 0
+    # An async job that fails and whose async after_failed hook is cancelled inside (the
+    # hook's await raised CancelledError past `except Exception`: its end was written, but
+    # not counted, and its lane shown busy)
+    _fails_once_counted_with_its_lane_free(daemon, r, threadjobs.AsyncHookCancelsItself)
