@@ -404,17 +404,32 @@ class JobLog:
             self._add(job)
 
     def _add(self, job: tuple | None) -> None:
-        """The line, as the handler's formatter would write it, made in one f-string."""
+        """The line, as the handler's formatter would write it, made in one f-string. (The
+        stamp's common case, a time within the second the formatter last wrote, and a job's
+        json fields are inlined here: each method call was ~5 % of a line's cost.)"""
         pending = self.handler.pending
         now = time.time()
         if not pending:
             self._due = now + self.LINES_DUE
-        stamp = self.formatter.stamp(now)
+        formatter = self.formatter
+        fraction = now - formatter._second
+        stamp = (formatter._text + _MILLIS[int(fraction * 1000)] if 0.0 <= fraction < 1.0
+                 else formatter.stamp(now))
         lane = _lane.get()
         if self.structured:
-            middle = self.middle if not lane else self.formatter.middle(
+            middle = self.middle if not lane else formatter.middle(
                 self.pid, "INFO", self.name, lane)
-            pending.append(f'{{"time":"{stamp}"{middle}{self._json(job)},"message":"done"}}\n')
+            if job is None:
+                context = _context.get()
+                fields = _fields_json(context) if context.__class__ is tuple else ""
+            else:
+                job_class, jid, elapsed, queue = job
+                cached = self._fields
+                if job_class != cached[0] or queue != cached[1]:
+                    cached = self._json_fields(job_class, queue)
+                fields = (f',"jid":{_encode_str(jid) if jid.__class__ is str else _jstr(jid)}'
+                          f'{cached[2]},"elapsed":{elapsed:.6f}')
+            pending.append(f'{{"time":"{stamp}"{middle}{fields},"message":"done"}}\n')
         else:
             if job is None:
                 context = _context.get()
@@ -426,20 +441,13 @@ class JobLog:
         if len(pending) >= self.MAX_PENDING:
             self._flush(self.handler)
 
-    def _json(self, job: tuple | None) -> str:
-        """The job's fields in a json line (see _fields_json), its class and queue's text
-        kept while they repeat."""
-        if job is None:
-            context = _context.get()
-            return _fields_json(context) if context.__class__ is tuple else ""
-        job_class, jid, elapsed, queue = job
-        cached = self._fields
-        if job_class != cached[0] or queue != cached[1]:
-            text = f',"class":{_jstr(job_class)}'
-            if queue is not None:
-                text += f',"queue":{_jstr(queue)}'
-            cached = self._fields = (job_class, queue, text)
-        return f',"jid":{_jstr(jid)}{cached[2]},"elapsed":{elapsed:.6f}'
+    def _json_fields(self, job_class, queue) -> tuple:
+        """The class and queue's json text (see _fields_json), kept while they repeat."""
+        text = f',"class":{_jstr(job_class)}'
+        if queue is not None:
+            text += f',"queue":{_jstr(queue)}'
+        self._fields = (job_class, queue, text)
+        return self._fields
 
     def flush_due(self) -> None:
         """``flush`` once the first line held has waited LINES_DUE (a worker of one job at a
