@@ -2,10 +2,8 @@
 job's lines with its class and jid, failures with the job's own frames and what happens next,
 kills with their real cause, timeouts with where the job was; the title and reopening the file.
 """
-import os
 import re
 import signal
-import time
 
 import jobs
 
