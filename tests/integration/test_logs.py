@@ -49,9 +49,10 @@ def test_a_jobs_own_lines_carry_its_class_and_jid_and_a_failure_says_what_comes_
 def test_the_done_lines_held_are_written_before_the_worker_waits_for_more(
         daemon, producer, r):
     # Given 40 quick jobs queued before a worker of one job at a time starts (it runs them in
-    # batches, and holds their done lines for up to 0.1 s or 64 lines: log.JobLog)
+    # batches, and holds their done lines up to 64 of them, here for as long as it takes:
+    # jobmods/lines_never_due.py)
     jids = jobs.Record.perform_bulk([[] for _ in range(40)])
-    d = daemon(concurrency=1)
+    d = daemon(concurrency=1, require=("jobs.py", "jobmods/lines_never_due.py"))
     # When it has run them all and waits in Redis for more
     wait_for(lambda: len(counts(r, jobs.DONE)) == 40, 10, what="every job done")
     wait_for(lambda: d.blocked_workers(), 10, what="the worker waiting for work")
