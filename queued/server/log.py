@@ -16,9 +16,10 @@ is written by ``JobLog`` without the logging module's machinery (a LogRecord, th
 lock, the formatter, a flush per record: ~13 us a line here, a third of a no-op job's cost in
 an outside run): it formats the same text itself, and the lines of a worker's batch of jobs go
 out together in one write: in a worker of one job at a time, once LINES_DUE seconds have
-passed since the first line held, or MAX_PENDING lines are held, or the worker is about to
-wait (an idle worker, an outage, its exit), or a job that may run long starts, or any other
-line is logged (so the order holds); in a worker of many jobs at once, before the dispatcher
+passed since the first line held (looked at after each batch), or MAX_PENDING lines are held,
+or the worker is about to wait (an idle worker, an outage, its exit), or sends the acks of a
+batch's finished jobs (before a job that may run long, and every 20 ms in a long batch), or
+any other line is logged (so the order holds); in a worker of many jobs at once, before the dispatcher
 waits. A write is a system call and wakes whoever reads the log (journald, a pipe): one per
 job cost ~10 % of a no-op job's throughput by itself, and one per batch of 8 jobs still cost
 ~2 us of system time per job (issue 18). It does so only while queued's own handler is the

@@ -39,15 +39,19 @@ from .slots import Notes, SlotWriter, Watch
 
 log = logging.getLogger("queued.worker")
 
-#: A batch grows (doubles, up to ``prefetch``: 32 by default) only while jobs average under
-#: this many seconds, so a prefetched job never waits long behind a slow one (and the master
-#: takes back what waits behind a job that runs 20 ms: giveback.py). 32, not 8: a reserve call
-#: per 32 no-op jobs instead of 8 ran 16 % more of them, at 15 % less Redis CPU (issue 18).
-FAST_JOB = 0.005
-#: In a batch, the acks of the jobs finished so far go out (one write, no wait) once the
-#: last ones went out this many seconds ago, so a kill -9 runs again at most the jobs that
-#: finished in the last 20 ms (and those of a batch, up to ``prefetch``, that took less). An
-#: ack every 8 jobs instead took back most of what a batch of 32 gains (issue 18).
+#: Seconds a batch's jobs may take together: a batch doubles (up to ``prefetch``: 32 by
+#: default) while the next one would run within this, and stays as it is while this one did.
+#: So a job of a higher queue, or the next in line, waits for at most ~10 ms of the batch
+#: before it (RT8: with a batch growing while jobs averaged under 5 ms, 32 of them held a
+#: strict queue's job for 160 ms), and the master takes back what waits behind a job that
+#: turns slow (giveback.py). 32, not 8: a reserve call per 32 no-op jobs instead of 8 ran
+#: 16 % more of them, at 15 % less Redis CPU (issue 18); 1 ms jobs still go 8 at a time.
+FAST_JOB = 0.01
+#: In a batch, before a job starts, the acks of the jobs finished so far go out (one write,
+#: no wait), with their done lines, once the last ones went out this many seconds ago: a kill
+#: -9 runs again at most the short jobs that finished in the 20 ms before the job it was
+#: running started (or before the kill). An ack every 8 jobs instead took back most of what
+#: a batch of 32 gains (issue 18).
 ACK_AFTER = 0.02
 #: Seconds a worker waits before asking again while its master is not registered.
 UNREGISTERED_NAP = 0.25
@@ -298,15 +302,18 @@ class Worker:
                 # workers (giveback.py); none of it is ours to run now
                 log.debug("the rest of the batch (%d) went back to the queue", len(jobs) - done)
                 break
+            if done and time.monotonic() - acked >= ACK_AFTER:
+                # (after the give-back's look: an ack sent before it, of a job the master
+                # judged slow and was taking the rest back behind, left it nothing to move)
+                self.fetcher.send_acks()
+                self.joblog.flush()
+                acked = time.monotonic()
             held = len(jobs) - done - 1
             if self.recycler is None:
                 self.runner.process(res, held=held)
             else:
                 self._process_and_count(res, held)
             done += 1
-            if held and time.monotonic() - acked >= ACK_AFTER:
-                self.fetcher.send_acks()
-                acked = time.monotonic()
         self.joblog.flush_due()  # the done lines held, in one write when due (log.py)
         self._adapt(len(jobs), done, time.monotonic() - started)
 
@@ -414,8 +421,9 @@ class Worker:
                       self.keys.queue(name))
 
     def _adapt(self, got: int, done: int, elapsed: float) -> None:
-        if got == self.batch and done == got and elapsed < FAST_JOB * got:
-            self.batch = min(self.batch * 2, self.config.prefetch)
+        if got == self.batch and done == got and elapsed <= FAST_JOB:
+            if elapsed * 2 <= FAST_JOB:
+                self.batch = min(self.batch * 2, self.config.prefetch)
         else:
             self.batch = 1
 
