@@ -31,7 +31,8 @@ from . import log as logsetup
 from .. import client, events
 from ..groups import Group
 from . import titles
-from .fetch import Fetcher, Reservation
+from .fetch import Fetcher
+from .reserved import Reservation
 from .recycle import Recycler
 from .outcomes import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL
 from .runner import Runner, single_lane
