@@ -13,7 +13,7 @@ from .. import client
 from . import log as logsetup
 from . import periodic
 from ..errors import APP_LOAD_ERROR, EXIT_CONFIG_ERROR, AppLoadError, ConfigError, QueuedError
-from ..job import registry
+from ..jobregistry import registry
 from .appcode import AppCode, load_app
 from .notify import Notifier
 

@@ -34,7 +34,7 @@ from .. import payload as codec
 from .scripts import FAIL, REQUEUE
 from ..errors import JobTimeout, PayloadError, QueuedError, WorkerKilled
 from .reserved import REFUSED, WRITTEN, Reservation, failure_call, split_member
-from ..job import registry
+from ..jobregistry import registry
 from ..keys import Keys
 from . import running as running_mod
 from .running import Running
