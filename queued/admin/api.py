@@ -24,6 +24,7 @@ import redis as redis_lib
 from ..connection import make_redis
 from ..keys import COUNTERS, Keys
 from ..payload import job_class_name
+from . import ctltext
 from .deadlimits import DeadLimits
 from .entries import Entry, Filter
 from .jobsets import JobSet
@@ -268,7 +269,7 @@ class Process:
             g = groups[0]
             return f"{g.get('processes')} × {g.get('threads')} threads" \
                 if _int(g.get("threads")) > 1 else ""
-        return ", ".join(f"{g.get('name') + ' ' if g.get('name') else ''}"
+        return ", ".join(f"{ctltext.name(g['name']) + ' ' if g.get('name') else ''}"
                          f"{g.get('processes')} × {g.get('threads')}" for g in groups)
 
     @property

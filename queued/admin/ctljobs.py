@@ -134,7 +134,8 @@ def _pick(source: JobSet | Queue, where: Filter, limit: int) -> tuple[list[Entry
 
 
 def _error(e: Entry) -> str:
-    text = f"{e.error_class}: {e.error_message}" if e.error_class else e.error_message
+    # (the class is a name: ctltext.name; the message is text, on one line)
+    text = f"{out.name(e.error_class)}: {e.error_message}" if e.error_class else e.error_message
     return out.cut(text, 60)
 
 

@@ -60,8 +60,13 @@ class Entry:
 
     @property
     def klass(self) -> str:
-        """The class to show: ActiveJob's wrapped class or a display_class, else ``class``."""
-        return job_class_name(self.msg) if self.msg is not None else "?"
+        """The class to show: ActiveJob's wrapped class or a display_class, else ``class``
+        ("?" when there is none; an empty one is shown empty, ``""``, not as "?")."""
+        msg = self.msg
+        if msg is None:
+            return "?"
+        shown = job_class_name(msg)
+        return "" if shown == "?" and msg.get("class") == "" else shown
 
     @property
     def queue(self) -> str:

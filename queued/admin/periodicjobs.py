@@ -96,10 +96,13 @@ def clock(timing: Timing | None) -> str:
 
 
 def _queue(raw: dict) -> str:
+    """The queue its runs go to: its message's (an empty one is shown ``""``, as enqueue_now
+    writes it), "default" when the message names none."""
     try:
-        return str(json.loads(_text(raw, "message")).get("queue") or "default")
+        queue = json.loads(_text(raw, "message")).get("queue", "default")
     except (ValueError, AttributeError):
         return "default"
+    return queue if isinstance(queue, str) else json.dumps(queue)
 
 
 def schedules(r: redis_lib.Redis, keys: Keys, now: float | None = None) -> list[dict]:
