@@ -21,7 +21,7 @@ import queued
 from queued.admin import find as find_mod
 from queued.admin import jobsets, taskadmin
 from queued.admin.api import Admin
-from queued.admin.entries import Filter
+from queued.admin.entries import Entry, Filter
 from queued.admin.errors import error_groups
 from queued.task import Task
 
@@ -400,3 +400,20 @@ def test_errors_groups_an_error_class_that_is_not_text_by_its_json(r):
     # and --error-class picks that group exactly
     picked = [e.jid for e in Admin(r).dead.scan(Filter.of(error_class='["x"]'))]
     assert picked == ["a"]
+
+
+# --- F4 #2: the argument search finds what the dashboard's Arguments column shows ---------------
+
+def test_an_argument_search_finds_the_text_the_arguments_column_shows():
+    nul, fffd, zw, pair = (Entry(json.dumps({"class": "X", "args": args}).encode(), 1.0, "dead")
+                           for args in (["a\x00b", 1], ["a\ufffdb", 1], ["z\u200bw"], ["a", 1]))
+    def found(text):
+        return [label for e, label in ((nul, "nul"), (fffd, "fffd"), (zw, "zw"), (pair, "pair"))
+                if Filter.of(arg=text).matches(e)]
+    # As the column shows them (a space after each separator) and compact, as queuedctl does
+    assert found('"a", 1') == found('"a",1') == ["pair"]
+    # A NUL as the column writes it (\u0000) or raw (a link's %00): that job only
+    assert found(r"a\u0000b") == found("a\x00b") == ["nul"]
+    assert found("a\ufffdb") == ["fffd"]
+    # A zero-width space is shown escaped (\u200b), and found as shown or raw
+    assert found(r"z\u200bw") == found("z\u200bw") == ["zw"]

@@ -1,15 +1,15 @@
-"""Every name the dashboard shows reads as ``queuedctl`` shows it, on every page: two names that
-differ only in what a browser does not show (a blank at an end, a tab for a space, two spaces, a
-newline, a NUL, a zero-width space, a bidi override, a no-break space, a variation selector, a
-combining accent for a precomposed letter, a C1 control) read differently, the empty name reads
-``""``, and a name is still text (a script stays text). Headless Chromium on ``queuedctl web``,
-a real redis-server; each cell's text is compared whole with the text queuedctl shows, written
-out here."""
+"""Every name the dashboard shows reads as ``queuedctl`` shows it, on every page (F4 #1), and a
+search box takes it back as shown (F4 #2): two names that differ only in what a browser does not
+show (a blank at an end, a tab for a space, two spaces, a newline, a NUL, a zero-width space, a
+bidi override, a no-break space, a variation selector, a combining accent for a precomposed
+letter, a C1 control) read differently, the empty name reads ``""``, a name is still text (a
+script stays text), and the text shown, typed in a search box, finds exactly that name's jobs.
+Headless Chromium on ``queuedctl web``, a real redis-server; each cell's text is compared whole
+with the text queuedctl shows, written out here."""
 from __future__ import annotations
 
 import json
 import time
-from urllib.parse import urlencode
 
 import pytest
 
@@ -240,11 +240,107 @@ def test_find_names_a_job_s_jid_class_and_queue(page, r):
     now = time.time()
     for i, name in enumerate(NAMES):
         r.zadd("dead", {failed(name, klass=name, queue=name, error=(name, name)): now - i})
-    for name in [n for n in NAMES if n and n == n.strip()]:  # (as typed, it is stripped)
-        page.goto("/find?" + urlencode({"jid": name}))
+    for name in NAMES[:-1]:  # (the empty jid is no search)
+        # When its jid is looked for as the page shows it (a NUL, a blank at an end, typed)
+        page.goto("/find")
+        page.fill("#find-form input[name=jid]", SHOWN[name])
+        page.click("#find-form button")
+        page.wait_for_selector("#places")
+        # Then that job is found, and named as queuedctl shows it
         shown = SHOWN[name]
+        assert page.input_value("#find-form input[name=jid]") == shown
         assert page.inner_text("main h1 code") == shown
         assert page.inner_text("#job-summary td.klass") == shown
         assert page.inner_text("#job-summary td.error") == f"{shown}: {shown}"
         assert page.inner_text("#places tr[data-where=dead] td .error") == f"{shown}: {shown}"
         assert never_ran(page)
+
+
+# --- F4 #2: what the page shows, typed in a search box, finds exactly that -----------------------
+
+#: Classes a browser would read alike: a NUL (sent back as U+FFFD), U+FFFD itself, the text
+#: \x00 typed with a backslash, a blank at the end.
+CLASSES = ["y\x00z", "y\ufffdz", "y\\x00z", "y z", "y z "]
+
+
+def search(page, field: str, text: str) -> list[str]:
+    page.fill(f"#search input[name={field}]", text)
+    page.click("#search button[type=submit]")
+    page.wait_for_selector("#search-count")
+    return sorted(row.get_attribute("data-jid") for row in page.locator("#jobs tbody tr").all()
+                  if row.get_attribute("data-jid"))
+
+
+def test_a_class_searched_as_the_page_shows_it_finds_exactly_its_jobs(page, r):
+    # Given two dead jobs of each class
+    now = time.time()
+    r.zadd("dead", {failed(f"{k}-{i}", klass=klass): now - 2 * k - i
+                    for k, klass in enumerate(CLASSES) for i in range(2)})
+    page.goto("/dead")
+    shown = [page.inner_text(f"#jobs tbody tr[data-jid='{k}-0'] td.klass")
+             for k in range(len(CLASSES))]
+    assert shown == [r'"y\x00z"', "y\ufffdz", r"y\x00z", "y z", '"y z "']
+    for k, text in enumerate(shown):
+        # When the class as shown is typed and searched
+        page.goto("/dead")
+        # Then exactly that class's jobs are found, the box still holds what was typed,
+        # and searching again finds the same
+        assert search(page, "class", text) == [f"{k}-0", f"{k}-1"], text
+        assert page.input_value("#search input[name=class]") == text
+        assert search(page, "class", page.input_value("#search input[name=class]")) == \
+            [f"{k}-0", f"{k}-1"], text
+    # When the search comes in a link holding a NUL (which no box can type)
+    page.goto("/dead?class=y%00z")
+    # Then the box shows it as the page shows the class, and searching again finds the same
+    assert page.input_value("#search input[name=class]") == r'"y\x00z"'
+    assert search(page, "class", r'"y\x00z"') == ["0-0", "0-1"]
+    # and every match of it is deleted, its look-alikes left
+    page.click("#all-matches button[value=delete]")
+    page.wait_for_selector("p.flash")
+    assert page.dialogs == ["Delete 2 jobs that match this search?"]
+    left = sorted(json.loads(m)["jid"] for m in r.zrange("dead", 0, -1))
+    assert left == sorted(f"{k}-{i}" for k in range(1, len(CLASSES)) for i in range(2))
+
+
+def test_a_queue_an_error_and_an_argument_searched_as_shown(page, r):
+    # Given dead jobs whose queue holds a tab or a space, whose error message ends in a NUL
+    # or in U+FFFD, whose argument holds a NUL or U+FFFD
+    now = time.time()
+    r.zadd("dead", {
+        failed("tab", queue="q\tx"): now, failed("space", queue="q x"): now - 1,
+        failed("nul-error", error=("E", "boom\x00")): now - 2,
+        failed("fffd-error", error=("E", "boom\ufffd")): now - 3,
+        failed("nul-arg", args=["a\x00b"]): now - 4,
+        failed("fffd-arg", args=["a\ufffdb"]): now - 5})
+    page.goto("/dead")
+    assert page.inner_text("#jobs tr[data-jid=tab] td.queue") == r'"q\tx"'
+    assert page.inner_text("#jobs tr[data-jid=nul-error] td.error") == r'E: "boom\x00"'
+    assert page.inner_text("#jobs tr[data-jid=nul-arg] td.args") == r'["a\u0000b"]'
+    # When each is searched as shown, Then exactly its job is found
+    assert search(page, "queue", r'"q\tx"') == ["tab"]
+    assert search(page, "queue", "q x") == ["space"]
+    page.goto("/dead")
+    assert search(page, "error", r'"boom\x00"') == ["nul-error"]
+    page.goto("/dead")
+    assert search(page, "arg", r"a\u0000b") == ["nul-arg"]
+    assert search(page, "arg", "a\ufffdb") == ["fffd-arg"]
+    # and a link holding a raw NUL in the argument search finds the same, its box shows it
+    # escaped as the arguments show it
+    page.goto("/dead?arg=a%00b")
+    assert page.input_value("#search input[name=arg]") == r"a\u0000b"
+    assert sorted(row.get_attribute("data-jid") for row in
+                  page.locator("#jobs tbody tr").all()) == ["nul-arg"]
+
+
+def test_a_queue_name_searched_as_shown_on_the_queues_page(page, r):
+    for name in NAMES:
+        r.sadd("queues", name)
+        r.lpush(f"queue:{name}", payload("j", queue=name))
+    for name in ("nul\x00x", "plain ", "zw\u200bsp", "new\nline"):
+        page.goto("/queues?size=100")
+        page.fill("form.search input[name=q]", SHOWN[name])
+        page.click("form.search button")
+        page.wait_for_selector("#queues")
+        links = [a.inner_text() for a in page.locator("#queues tbody td a").all()]
+        assert links == [SHOWN[name]], name
+        assert page.input_value("form.search input[name=q]") == SHOWN[name]

@@ -150,6 +150,45 @@ def name(text: str) -> str:
     return '"' + "".join(piece for piece, _ in name_pieces(text)) + '"'
 
 
+#: An escape inside a quoted name: \\xNN, \\uNNNN, \\UNNNNNNNN, or \\\\ \\" \\n \\r \\t.
+_ESCAPE = re.compile(r'\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|([\\"nrt]))')
+_NAMED_BACK = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"'}
+
+
+def read_name(text: str) -> str | None:
+    """The name a quoted text spells as ``name`` writes it (``"nul\\x00byte"`` is nul, NUL,
+    byte; ``\\xNN`` past 7f is a byte that is not UTF-8, U+DC80..U+DCFF as names.py reads
+    one), so what a page or queuedctl shows can be typed back; None for a text that is not
+    one (no quotes around it, a quote inside left bare, an escape name never writes)."""
+    if len(text) < 2 or text[0] != '"' or text[-1] != '"':
+        return None
+    inner, out, i = text[1:-1], [], 0
+    while i < len(inner):
+        c = inner[i]
+        if c == '"':
+            return None
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        m = _ESCAPE.match(inner, i)
+        if m is None:
+            return None
+        byte, short, wide, plain = m.groups()
+        if byte:
+            code = int(byte, 16)
+            out.append(chr(code if code < 0x80 else 0xDC00 + code))
+        elif short or wide:
+            code = int(short or wide, 16)
+            if code > 0x10FFFF:
+                return None
+            out.append(chr(code))
+        else:
+            out.append(_NAMED_BACK[plain])
+        i = m.end()
+    return "".join(out)
+
+
 def tsv_cell(text: str) -> str:
     """A cell of tsv: backslash, tab, newline and carriage return as COPY writes them, the rest
     of UNSAFE as ``\\xNN`` (COPY's hex escape) or ``\\uNNNN``."""

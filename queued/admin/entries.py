@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from .. import activejob
 from ..payload import job_class_name, to_epoch
 from ..tracking import TASK_FIELD
+from .ctltext import as_json_text, shown_json
 from .names import to_key
 
 _PLAIN = re.compile(r"[A-Za-z0-9_.@-]+")
@@ -140,7 +141,9 @@ class Filter:
     shown (ActiveJob wrapped) class, exactly; ``queue``: exactly; ``error``: a substring of
     error_class or error_message, any case; ``error_class``: the error class, exactly (one
     group of ``queuedctl errors`` with ``klass``: red team RT1, finding 13); ``arg``: a
-    substring of the arguments as JSON; ``jids``: one of these jids; ``task``: a job of this
+    substring of the arguments as JSON, compact (``["a",1]``) or as the dashboard shows them
+    (``["a", 1]``), where a control or an invisible character is its escape (``\\u0000``,
+    ``\\u200b``: one typed raw is looked for so); ``jids``: one of these jids; ``task``: a job of this
     task (its payload's ``task_id``)."""
 
     klass: str | None = None
@@ -177,8 +180,7 @@ class Filter:
             text = f"{entry.error_class}: {entry.error_message}".lower()
             if self.error.lower() not in text:
                 return False
-        if self.arg is not None and self.arg not in json.dumps(
-                entry.args, ensure_ascii=False, separators=(",", ":")):
+        if self.arg is not None and not _in_arguments(as_json_text(self.arg), entry.args):
             return False
         return True
 
@@ -202,6 +204,13 @@ class Filter:
         if self.arg is not None and _PLAIN.fullmatch(self.arg):
             return f"*{self.arg}*".encode()
         return None
+
+
+def _in_arguments(text: str, args: list) -> bool:
+    """Whether ``text`` is in the arguments' JSON, as queuedctl writes it (compact) or as the
+    dashboard shows it (a space after each separator), hidden characters escaped either way
+    (ctltext.shown_json)."""
+    return text in shown_json(args, (",", ":")) or text in shown_json(args)
 
 
 def jid_spellings(jid: str) -> list[bytes]:

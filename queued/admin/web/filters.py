@@ -17,7 +17,7 @@ from typing import Any
 from markupsafe import Markup
 
 from ..ctltext import name as ctl_name
-from ..ctltext import name_pieces, plain_name, shown_json, text_pieces
+from ..ctltext import as_json_text, name_pieces, plain_name, shown_json, text_pieces
 
 #: A code point UTF-8 cannot encode: a surrogate.
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -177,6 +177,20 @@ def named(name: Any) -> str:
     return ctl_name(str(name))
 
 
+def typed(raw: Any) -> str:
+    """A search box's value: what it looks for (render.search_text) as the page shows a name,
+    so the box holds no character a browser would change and searches the same again."""
+    from .render import search_text  # (render imports this module)
+    looked_for = search_text(str(raw))
+    return ctl_name(looked_for) if looked_for else ""
+
+
+def typed_json(raw: Any) -> str:
+    """The argument box's value: the text with each character JSON writes escaped as that
+    escape (ctltext.as_json_text: what it matches in the arguments' JSON)."""
+    return as_json_text(str(raw).strip())
+
+
 def in_question(name: str) -> str:
     """A name in a confirmation's question (plain text: an attribute), as queuedctl shows it,
     its braces doubled so app.js fills only the question's own ``{n}``."""
@@ -196,6 +210,6 @@ def member_id(raw: bytes) -> str:
 FILTERS = {"ago": ago, "duration": duration, "utc": utc, "utc_text": utc_text, "iso": iso,
            "compact": compact, "pretty": pretty, "number": number, "plural": plural,
            "shown": shown, "marked": marked, "marked_cut": marked_cut, "named": named,
-           "visible_text": visible_text,
+           "visible_text": visible_text, "typed": typed, "typed_json": typed_json,
            "visible": visible, "raw_text": raw_text,
            "member_id": member_id, "in_question": in_question}

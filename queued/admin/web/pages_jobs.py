@@ -30,7 +30,7 @@ from ..jobsets import JobSet
 from ..snapshot import Gone
 from .filters import member_id as digest, plural
 from .paging import CURSOR_MAX, int_param, page_size, pager
-from .render import act, counted_of, path_param, query_text, render, web_of
+from .render import act, counted_of, path_param, query_text, render, search_text, web_of
 
 #: URL -> (the JobSet's name, the title). Sidekiq's Web UI calls dead the morgue.
 SETS = {"scheduled": ("schedule", "Scheduled"), "retries": ("retry", "Retries"),
@@ -52,7 +52,11 @@ def _jobset(request: Request) -> tuple[str, JobSet, str]:
 
 
 def filter_of(values) -> Filter:
-    return Filter.of(**{arg: (query_text(values, param).strip() or None)
+    """The search a query (or a form) asks for. Class, queue, error and task: the text typed,
+    or the name it shows in double quotes (render.search_text); arguments: text in their JSON,
+    as typed (a raw NUL matched as the ``\\u0000`` JSON writes: entries.Filter)."""
+    return Filter.of(**{arg: ((query_text(values, param).strip() if param == "arg" else
+                               search_text(query_text(values, param))) or None)
                         for param, arg in FILTERS.items()})
 
 
