@@ -108,8 +108,7 @@ def test_job_set_rows_and_job_pages(page, r, slug, zset):
     for i, name in enumerate(NAMES):
         row, shown = rows.nth(i), SHOWN[name]
         cells = [row.locator(f"td.{c}").inner_text() for c in ("jid", "klass", "queue")]
-        # (a job whose queue is "": shown as "default", what a retry did with it till F4 #3)
-        assert cells == [shown, shown, shown if name else "default"], name
+        assert cells == [shown, shown, shown], name
         if zset != "schedule":
             assert row.locator("td.error").inner_text() == (f"{shown}: {shown}" if name
                                                            else ""), name
@@ -124,7 +123,7 @@ def test_job_set_rows_and_job_pages(page, r, slug, zset):
         shown = SHOWN[name]
         assert page.inner_text("main h1 .klass") == shown
         assert page.inner_text("main h1 code") == shown
-        assert page.inner_text("#job td.queue") == (shown if name else "default")
+        assert page.inner_text("#job td.queue") == shown
         if name:
             assert page.inner_text("#job td.error") == f"{shown}: {shown}"
         assert never_ran(page)
@@ -344,3 +343,41 @@ def test_a_queue_name_searched_as_shown_on_the_queues_page(page, r):
         links = [a.inner_text() for a in page.locator("#queues tbody td a").all()]
         assert links == [SHOWN[name]], name
         assert page.input_value("form.search input[name=q]") == SHOWN[name]
+
+
+# --- F4 #3: a retry leaves a job whose payload names no queue where it is -----------------------
+
+LEFT = 'its payload names no queue ("queue" is "", null or not a string)'
+
+
+def dead_jids(r) -> list[str]:
+    return sorted(json.loads(m)["jid"] for m in r.zrange("dead", 0, -1))
+
+
+def test_retry_on_the_dashboard_leaves_a_job_that_names_no_queue_and_says_so(page, r):
+    # Given a dead job whose "queue" is "" (it used to be retried into "default") and another
+    now = time.time()
+    r.zadd("dead", {failed("empty", queue=""): now, failed("ok"): now - 1})
+    page.goto("/dead")
+    assert page.inner_text("#jobs tr[data-jid=empty] td.queue") == '""'
+    # When its row is ticked and retried, Then it stays in Dead, and the page says why
+    page.check("#jobs tr[data-jid=empty] input[type=checkbox]")
+    page.click("#selected button[value=retry]")
+    page.wait_for_selector("p.flash")
+    assert page.inner_text("p.flash") == f"retried 0 jobs; 1 left in Dead: {LEFT}"
+    assert dead_jids(r) == ["empty", "ok"] and r.llen("queue:default") == 0
+    # When its own page's Retry now is pressed, the same
+    page.click("#jobs tr[data-jid=empty] td.jid a")
+    page.click("form button[value=retry]")
+    page.wait_for_selector("p.flash")
+    assert page.inner_text("p.flash") == f"retried 0 jobs; 1 left in Dead: {LEFT}"
+    # When every job of Dead is retried, Then the other one is, this one stays, said
+    page.click("#all-jobs button[value=retry]")
+    page.wait_for_selector("p.flash")
+    assert page.dialogs[-1] == "Retry all 2 jobs of Dead now?"
+    assert page.inner_text("p.flash") == (
+        "retried 1 job of the 2 counted when asked (the whole set then; any since are left); "
+        f"1 left in Dead: {LEFT}")
+    assert dead_jids(r) == ["empty"]
+    assert [json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)] == ["ok"]
+    assert not r.exists("queue:") and r.smembers("queues") == {b"default"}

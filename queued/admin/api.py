@@ -27,14 +27,14 @@ from ..payload import job_class_name
 from . import ctltext
 from .deadlimits import DeadLimits
 from .entries import Entry, Filter
-from .jobsets import JobSet
+from .jobsets import JobSet, Unmovable
 from .limits import LimiterInfo, Limits
 from .locks import LockInfo, Locks
 from .names import name_of, to_key
 from .queues import Queue, latency_of
 
 __all__ = ["Admin", "Stats", "Process", "Running", "Queue", "QueueSummary", "JobSet", "Entry",
-           "Filter", "DeadLimits", "Locks", "LockInfo", "Limits", "LimiterInfo"]
+           "Filter", "DeadLimits", "Locks", "LockInfo", "Limits", "LimiterInfo", "Unmovable"]
 
 #: A remote signal left unread for this long is dropped (Sidekiq's EXPIRE on the list).
 SIGNAL_TTL = 60

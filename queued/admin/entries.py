@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any, Iterable
 
 from .. import activejob
-from ..payload import job_class_name, to_epoch
+from ..payload import job_class_name, queue_of, to_epoch
 from ..tracking import TASK_FIELD
 from .ctltext import as_json_text, shown_json
 from .names import to_key
@@ -71,10 +71,25 @@ class Entry:
 
     @property
     def queue(self) -> str:
-        queue = self._get("queue")
+        """The queue it is in, or its payload names: ``""`` as it is (a retry leaves such a
+        job: ``destination``), "default" when the payload has none, another JSON value as
+        its JSON (``null``)."""
         if self.source.startswith("queue:"):
             return self.source[len("queue:"):]
-        return queue if isinstance(queue, str) and queue else "default"
+        msg = self.msg
+        if msg is None or "queue" not in msg:
+            return "default"
+        queue = msg["queue"]
+        return queue if isinstance(queue, str) else text_of(queue) or "null"
+
+    @property
+    def destination(self) -> str | None:
+        """The queue a retry pushes it to (payload.queue_of), None when its payload names
+        none (``"queue"`` empty, null, not a string: it stays where it is). A member that is
+        not a job goes to "default", where a worker sends it to dead with the reason."""
+        if self.source.startswith("queue:"):
+            return self.source[len("queue:"):]
+        return "default" if self.msg is None else queue_of(self.msg)
 
     @property
     def args(self) -> list:
