@@ -15,7 +15,10 @@ an ESC could move the cursor, erase the rows above, hide what follows, set the w
 plant a link (red team RT1, finding 2). So every format for people escapes what a terminal
 acts on, as the daemon's log does (``\\x1b``); and a name (a queue, a process, a class) that
 would look like another (``critical`` and ``critical\\n``, a name with blanks at an end, the
-empty one) is shown quoted, with escapes (finding 14).
+empty one, one holding a zero-width space: F4 #1) is shown quoted, with escapes (finding 14).
+The dashboard shows names the same way (web/filters.py), reads a quoted one typed in a search
+box back (``read_name``, F4 #2), and shows arguments as JSON with the same characters escaped
+(``shown_json``).
 """
 from __future__ import annotations
 
@@ -105,6 +108,8 @@ def plain_name(text: str) -> bool:
     """Whether ``name(text)`` is ``text`` itself: nothing else can look the same."""
     if not text or text != text.strip() or text.startswith('"') or "  " in text:
         return False
+    if text.isascii():  # (the common case: one regex search, as before F4)
+        return UNSAFE.search(text) is None
     escaped = _escaped_in(text)
     return not any(escaped(c) for c in text)
 
