@@ -18,7 +18,8 @@ from .client import (Client, configure, default_client, get_async_redis,  # noqa
 from .errors import (JobArgumentsError, JobFailed, JobTimeout, OverLimit,  # noqa: E402
                      QueuedError)
 from .events import error_handlers, on  # noqa: E402
-from .job import Job, job, registry  # noqa: E402
+from .job import Job, job  # noqa: E402
+from .jobregistry import registry  # noqa: E402
 from .limiter import Limiter  # noqa: E402
 from .middleware import client_middleware, server_middleware  # noqa: E402
 from .ops import bury, release, say, touch  # noqa: E402

@@ -21,7 +21,7 @@ from redis.retry import Retry
 from . import sentinel
 
 #: Seconds a command may take before the socket read gives up. Blocking fetches add their
-#: own block time on top (see fetch.py).
+#: own block time on top (see server/sentahead.py).
 SOCKET_TIMEOUT = 10.0
 #: Seconds to wait for one Sentinel's answer (where the master is) before asking the next.
 SENTINEL_TIMEOUT = 1.0

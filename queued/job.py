@@ -5,7 +5,8 @@ This module owns:
 - ``Job``: subclasses register themselves by name (the class name, or ``queued_options["name"]``
   such as ``"Billing::InvoiceJob"`` for a Ruby producer's class). Only registered classes ever
   run: the worker looks a payload's ``class`` up in ``registry`` and never imports anything.
-- ``registry``: name -> class.
+- ``registry``: name -> class (jobregistry.py owns it; it is named here, and as
+  ``queued.registry``, for the job API's users).
 - ``Job.perform_async/perform_in/perform_at/perform_bulk/set``: build an item the way
   Sidekiq::Worker 6.4 does (same keys, same key order) and hand it to ``queued.client``.
 - ``job``: ``@queued.job`` for plain functions.
@@ -27,15 +28,13 @@ import difflib
 import functools
 import inspect
 import numbers
-import threading
-import warnings
 from typing import Any, Callable, NoReturn
 
 from . import client as _client
 from . import ops
 from .arguments import check_json
+from .jobregistry import registry, where
 from .payload import MAX_SECONDS
-from . import suggest
 
 #: Options a job class may set in ``queued_options``.
 OPTION_KEYS = frozenset(
@@ -59,70 +58,6 @@ _SET_SYNONYMS = {"at": "wait_until", "eta": "wait_until", "countdown": "wait", "
 DEFAULT_OPTIONS = {"retry": True, "queue": "default"}
 #: Like Sidekiq: an interval at or above this is an absolute epoch.
 _ABSOLUTE_EPOCH = 1_000_000_000
-
-
-class JobNameClash(UserWarning):
-    """Two classes registered under one job name. A warning in a plain Python process; the
-    daemon makes it an error while it loads the job code (cli.load_app)."""
-
-
-class Registry:
-    """Job classes by name. Thread-safe; lookups are a dict read."""
-
-    def __init__(self) -> None:
-        self._classes: dict[str, type] = {}
-        self._lock = threading.Lock()
-
-    def register(self, cls: type, name: str | None = None) -> None:
-        """Serve ``name`` (default: the class's registered name) with ``cls``. The same
-        module+qualname replaces silently (a module reload); another class warns."""
-        name = name or getattr(cls, "queued_name", None) or cls.__name__
-        with self._lock:
-            old = self._classes.get(name)
-            self._classes[name] = cls
-        if old is not None and old is not cls and (
-                (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__)):
-            warnings.warn(f"job name {name!r} is taken by two classes: {_where(old)} and "
-                          f"{_where(cls)} (the second replaces the first)", JobNameClash,
-                          stacklevel=3)
-
-    def unregister(self, name: str) -> type | None:
-        with self._lock:
-            return self._classes.pop(name, None)
-
-    def lookup(self, name: str) -> type | None:
-        return self._classes.get(name)
-
-    def snapshot(self) -> dict[str, type]:
-        """Every name and class, to be put back with ``restore`` (a HUP's reload)."""
-        with self._lock:
-            return dict(self._classes)
-
-    def restore(self, classes: dict[str, type]) -> None:
-        with self._lock:
-            self._classes = dict(classes)
-
-    def names(self) -> list[str]:
-        return sorted(self._classes)
-
-    def missing(self, name: str) -> str:
-        """Why a job of class ``name`` cannot run here, with the near names this process has
-        (issue 20: "did you mean Billing::InvoiceJob?", not Ruby's "uninitialized constant")."""
-        return (f"no job class named {name!r} is registered in this process"
-                f"{suggest.did_you_mean(name, self.names())}")
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._classes
-
-    def __len__(self) -> int:
-        return len(self._classes)
-
-
-def _where(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-registry = Registry()
 
 
 # --- options ---------------------------------------------------------------------------------
@@ -254,7 +189,7 @@ class Job:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("queued_options", {})
-        check_options(_where(cls), own)
+        check_options(where(cls), own)
         if own.get("abstract", False):
             cls.queued_name = None
             return
@@ -374,8 +309,8 @@ class Job:
         """Run this class's fake-mode jobs here, in order (those they push too), until none
         is left (with ``until``, an epoch: none due by then); the number run. A job's
         exception is raised as it is."""
-        from .testing import store
-        return store.drain(cls.queued_name or cls.__name__, until)
+        from .testing import drain
+        return drain.drain(cls.queued_name or cls.__name__, until)
 
     @classmethod
     def clear(cls) -> None:
@@ -408,7 +343,7 @@ class Setter:
     def set(self, *, wait: Any = None, wait_until: Any = None,
             extra: dict[str, Any] | None = None, after_commit: Any = None,
             **options: Any) -> "Setter":
-        owner = f"{_where(self._job)}.set()"
+        owner = f"{where(self._job)}.set()"
         if after_commit is not None:
             if not (isinstance(after_commit, bool) or _nonempty_str(after_commit)):
                 raise TypeError(f"{owner}: after_commit must be True, False or a database "
@@ -498,7 +433,7 @@ class JobFunction:
         return self._fn(*args, **kwargs)
 
     def __repr__(self) -> str:
-        return f"<queued job function {self.job_class.queued_name!r} ({_where(self._fn)})>"
+        return f"<queued job function {self.job_class.queued_name!r} ({where(self._fn)})>"
 
     def perform_async(self, *args: Any) -> str | None:
         return self.job_class.perform_async(*args)

@@ -234,6 +234,28 @@ def crash_count(msg: dict) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def queue_of(msg: dict) -> str | None:
+    """The queue a job goes to when it is pushed again (a due job, an operator's retry): its
+    ``"queue"`` when that is a non-empty string, "default" when it has none (Sidekiq's client
+    fills it in so); None when it is empty, null or not a string: it names no queue. Sidekiq
+    6.4's client refuses such a job ("Job must include a valid queue name"), and its poller and
+    its API's retry, which take the job out first, lose it; queued never pushes it, to
+    "default" or anywhere (the scheduler sends it to dead, an operator's retry leaves it)."""
+    if "queue" not in msg:
+        return "default"
+    queue = msg["queue"]
+    return queue if isinstance(queue, str) and queue else None
+
+
+def no_queue(msg: dict) -> str:
+    """Why ``queue_of(msg)`` is None, in words."""
+    try:
+        shown = json.dumps(msg.get("queue"), ensure_ascii=True)[:100]
+    except (TypeError, ValueError):
+        shown = type(msg.get("queue")).__name__
+    return f'a job must name its queue: its "queue" is {shown}'
+
+
 def job_class_name(msg: dict) -> str:
     """The class to show: ActiveJob's wrapped class or a display_class, else ``class``."""
     return str(msg.get("display_class") or msg.get("wrapped") or msg.get("class") or "?")

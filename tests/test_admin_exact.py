@@ -21,7 +21,7 @@ import queued
 from queued.admin import find as find_mod
 from queued.admin import jobsets, taskadmin
 from queued.admin.api import Admin
-from queued.admin.entries import Filter
+from queued.admin.entries import Entry, Filter
 from queued.admin.errors import error_groups
 from queued.task import Task
 
@@ -400,3 +400,114 @@ def test_errors_groups_an_error_class_that_is_not_text_by_its_json(r):
     # and --error-class picks that group exactly
     picked = [e.jid for e in Admin(r).dead.scan(Filter.of(error_class='["x"]'))]
     assert picked == ["a"]
+
+
+# --- F4 #2: the argument search finds what the dashboard's Arguments column shows ---------------
+
+def test_an_argument_search_finds_the_text_the_arguments_column_shows():
+    nul, fffd, zw, pair = (Entry(json.dumps({"class": "X", "args": args}).encode(), 1.0, "dead")
+                           for args in (["a\x00b", 1], ["a\ufffdb", 1], ["z\u200bw"], ["a", 1]))
+    def found(text):
+        return [label for e, label in ((nul, "nul"), (fffd, "fffd"), (zw, "zw"), (pair, "pair"))
+                if Filter.of(arg=text).matches(e)]
+    # As the column shows them (a space after each separator) and compact, as queuedctl does
+    assert found('"a", 1') == found('"a",1') == ["pair"]
+    # A NUL as the column writes it (\u0000) or raw (a link's %00): that job only
+    assert found(r"a\u0000b") == found("a\x00b") == ["nul"]
+    assert found("a\ufffdb") == ["fffd"]
+    # A zero-width space is shown escaped (\u200b), and found as shown or raw
+    assert found(r"z\u200bw") == found("z\u200bw") == ["zw"]
+
+
+# --- F4 #3: a job whose payload names no queue is never retried into "default" ------------------
+
+#: Payloads whose "queue" is "", null or a number (Sidekiq 6.4's client refuses each: "Job must
+#: include a valid queue name"), beside one without a "queue" (Sidekiq fills in "default") and
+#: an ordinary one.
+NO_QUEUE = {"empty": "", "null": None, "number": 7}
+
+
+def no_queue_set(r, zset: str) -> None:
+    r.zadd(zset, {member(jid, queue=queue): i for i, (jid, queue) in enumerate(NO_QUEUE.items())})
+    absent = {k: v for k, v in json.loads(member("absent")).items() if k != "queue"}
+    r.zadd(zset, {json.dumps(absent): 10, member("low", queue="low"): 11})
+
+
+def jids_in(r, key: str) -> list[str]:
+    raws = r.zrange(key, 0, -1) if r.type(key) == b"zset" else r.lrange(key, 0, -1)
+    return sorted(json.loads(raw)["jid"] for raw in raws)
+
+
+@pytest.mark.parametrize("name", ["dead", "retry", "schedule"])
+def test_the_api_leaves_a_job_that_names_no_queue_where_it_is(r, name):
+    no_queue_set(r, name)
+    js = Admin(r).jobset(name)
+    # When each is retried by itself, Then it says why it cannot be, and it stays
+    for jid, queue in NO_QUEUE.items():
+        with pytest.raises(jobsets.Unmovable) as caught:
+            js.retry(js.find(jid))
+        assert caught.value.reason == f'a job must name its queue: its "queue" is ' \
+                                      f'{json.dumps(queue)}'
+        assert caught.value.kind == jobsets.NO_QUEUE and caught.value.entry.jid == jid
+    # When every job is retried, Then the two that name a queue (or none: default) are pushed,
+    # the three that name no queue stay, each said
+    left = []
+    assert js.retry_all(left=left) == 2
+    assert sorted(e.entry.jid for e in left) == sorted(NO_QUEUE)
+    assert jids_in(r, name) == sorted(NO_QUEUE)
+    assert jids_in(r, "queue:default") == ["absent"] and jids_in(r, "queue:low") == ["low"]
+    assert not r.exists("queue:") and r.smembers("queues") == {b"default", b"low"}
+    # and the page and queuedctl show the queue each names, not "default"
+    assert {e.jid: e.queue for e in js.page()} == {"empty": "", "null": "null", "number": "7"}
+
+
+def test_queuedctl_retry_leaves_a_job_that_names_no_queue_and_says_why(r, redis_url):
+    no_queue_set(r, "dead")
+    # When one is retried by its JID beside one that can be, Then one is retried, the other
+    # left and said, exit 1
+    proc = ctl("retry", "dead", "empty", "low", url=redis_url)
+    assert proc.returncode == 1 and proc.stdout == "1 job retried (enqueued now) from dead\n"
+    assert proc.stderr == ('queuedctl: 1 job left in dead, not retried: its payload names no '
+                           'queue ("queue" is "", null or not a string): empty\n')
+    # When every job of dead is retried, Then the rest that can be are, exit 0, and the three
+    # that name no queue are left and named
+    proc = ctl("retry", "dead", "--all", "--yes", url=redis_url)
+    assert proc.returncode == 0 and proc.stdout == "1 job retried (enqueued now) from dead\n"
+    assert proc.stderr == ('queuedctl: 3 jobs left in dead, not retried: its payload names no '
+                           'queue ("queue" is "", null or not a string): empty, null, number\n')
+    assert jids_in(r, "dead") == sorted(NO_QUEUE)
+    assert jids_in(r, "queue:default") == ["absent"] and jids_in(r, "queue:low") == ["low"]
+    assert not r.exists("queue:")
+
+
+def test_a_tasks_retry_of_its_errors_leaves_a_job_that_names_no_queue(producer, r):
+    # Given a task whose two jobs died, one of them naming no queue ("queue": "")
+    task = Task("no queue")
+    with task:
+        jids = Pay.perform_bulk([[1], [2]])
+    for jid in jids:
+        msg = {**json.loads(r.rpop("queue:default")), "error_class": "E", "error_message": "m",
+               "retry_count": 0, "failed_at": time.time()}
+        if jid == jids[0]:
+            msg["queue"] = ""
+        r.zadd("dead", {json.dumps(msg): time.time()})
+    # When its errors are retried, Then the one that names its queue is, the other stays
+    assert taskadmin.retry_errors(Admin(r), Task.find(task.id)) == (0, 1)
+    assert jids_in(r, "queue:default") == [jids[1]] and jids_in(r, "dead") == [jids[0]]
+    assert not r.exists("queue:")
+
+
+def test_enqueue_now_of_a_periodic_job_that_names_no_queue_pushes_nothing(r, redis_url):
+    # Given a sidekiq-cron job whose message's "queue" is "" (Ruby's sidekiq-cron wrote it)
+    r.sadd("cron_jobs", "cron_job:blank")
+    r.hset("cron_job:blank", mapping={
+        "name": "blank", "cron": "0 0 1 1 *", "klass": "Ok", "status": "enabled",
+        "message": json.dumps({"class": "Ok", "queue": "", "args": []})})
+    # When it is pushed now, Then nothing is pushed, to "default" or to the queue named ""
+    proc = ctl("cron", "enqueue", "blank", url=redis_url)
+    assert proc.returncode == 1
+    assert proc.stderr == ("queuedctl: periodic job 'blank' was not pushed: a job must name its "
+                           'queue: its "queue" is ""\n')
+    assert not r.exists("queue:") and not r.exists("queue:default") and not r.exists("queues")
+    # and queuedctl cron lists the queue it names, not "default"
+    assert [row["queue"] for row in ctl_json("cron", url=redis_url)] == [""]

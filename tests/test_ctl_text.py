@@ -96,7 +96,7 @@ def test_escape_sequences_in_job_data_are_shown_escaped_in_every_format_for_peop
     assert [row[1] for row in plain] == ["real0", "real1", "real2", "evil"]
     assert plain[3][2] == r'"Signup\x1b]0;pwned\x07"'  # (a name with escapes: quoted)
     assert plain[3][5] == "ValueError: " + EVIL_SHOWN
-    assert r'"\x9b2J"' in plain[3][4]
+    assert r'"\u009b2J"' in plain[3][4]  # (a C1 control: \u009b; \x9b is a byte not UTF-8)
     assert outputs["jobs tsv"].splitlines()[4].split("\t")[5] == \
         r"ValueError: x\r\x1b[4A\x1b[J(no failures)\x1b[8m"
 
@@ -219,3 +219,39 @@ def test_an_empty_queue_argument_is_refused_with_the_way_to_name_it(r, redis_url
     proc = ctl("clear", "", "--yes", url=redis_url)
     assert proc.returncode == 2 and "queue: (nothing after the colon)" in proc.stderr
     assert r.llen("queue:") == 1
+
+
+#: Names a terminal shows alike (a zero-width space, a no-break space, a variation selector, a
+#: combining accent for a precomposed letter, a C1 control beside a byte that is not UTF-8):
+#: name -> what queuedctl shows.
+LOOK_ALIKE = {"zw\u200bsp": r'"zw\u200bsp"', "zwsp": "zwsp", "nb\u00a0sp": r'"nb\u00a0sp"',
+              "nb sp": "nb sp", "vs\ufe0f": r'"vs\ufe0f"', "vs": "vs",
+              "cafe\u0301": r'"cafe\u0301"', "caf\u00e9": "caf\u00e9",
+              "c1\u0085": r'"c1\u0085"', "c1\udc85": r'"c1\x85"'}
+
+
+def test_names_that_a_terminal_shows_alike_look_different_in_every_listing(r, redis_url):
+    # Given queues, process tags, a hang's class and dead jobs' error classes named so
+    now = time.time()
+    for name in LOOK_ALIKE:
+        raw = name.encode("utf-8", "surrogateescape")
+        r.sadd("queues", raw)
+        r.lpush(b"queue:" + raw, json.dumps({"class": "X", "args": [], "jid": "j"}))
+    for i, tag in enumerate(("t", "t ", "t\u200b")):
+        r.sadd("processes", f"p{i}")
+        r.hset(f"p{i}", mapping={
+            "info": json.dumps({"hostname": "h", "pid": i, "identity": f"p{i}", "tag": tag,
+                                "queues": ["zz"], "concurrency": 1, "started_at": now}),
+            "beat": now, "busy": 0, "quiet": "false", "rss": 0,
+            "hangs": json.dumps([{"worker": "w1", "pid": 7, "thread": 1, "class": f"C{tag}",
+                                  "jid": "j", "over": 3}] if i == 1 else [])})
+    for i, error_class in enumerate(("E", "E\u200b")):
+        dead(r, f"d{i}", error=(error_class, "m"), at=now - i)
+    # When they are listed, Then each reads as queuedctl shows a name, no two alike
+    assert sorted(row[0] for row in rows(ok("queues", url=redis_url))) == \
+        sorted(LOOK_ALIKE.values())
+    listing = ctl("processes", url=redis_url)
+    assert [row[1] for row in rows(listing.stdout)] == ["t", '"t "', r'"t\u200b"']
+    assert listing.stderr == 'p1: worker w1 pid 7 thread 1: "Ct " jid=j is 3s past its timeout\n'
+    assert [row[5] for row in rows(ok("jobs", "dead", url=redis_url))] == \
+        ["E: m", r'"E\u200b": m']

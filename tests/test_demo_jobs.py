@@ -18,7 +18,7 @@ import pytest
 
 import queued
 import queued.testing
-from queued.job import JobNameClash
+from queued.jobregistry import JobNameClash
 from queued.server.appcode import _Registries
 from conftest import ROOT
 

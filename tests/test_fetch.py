@@ -13,7 +13,8 @@ import time
 import pytest
 import redis as redis_lib
 
-from queued.server.fetch import GONE, WRITTEN, Fetcher, Reservation, fetch_orders, split_member
+from queued.server.fetch import Fetcher
+from queued.server.reserved import GONE, WRITTEN, Reservation, fetch_orders, split_member
 from queued.keys import Keys
 
 from conftest import FETCH_IDENTITY, job

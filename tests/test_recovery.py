@@ -14,7 +14,7 @@ import pytest
 import redis as redis_lib
 
 from queued.server import recovery
-from queued.server.fetch import GONE, WRITTEN
+from queued.server.reserved import GONE, WRITTEN
 from queued.server.running import Running, token_of
 from queued.keys import Keys
 

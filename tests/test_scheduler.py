@@ -302,6 +302,28 @@ def test_tick_as_follower_polls_around_the_average(r, sched):
     assert len(set(plans)) > 1
 
 
+@pytest.mark.parametrize("zset", ["schedule", "retry"])
+def test_a_due_job_that_names_no_queue_goes_to_dead_not_to_default(r, sched, zset, caplog):
+    # Given due jobs whose "queue" is "" or null (Sidekiq 6.4's client refuses them: "Job must
+    # include a valid queue name"; its poller pops them, fails and loses them), one without a
+    # "queue" (Sidekiq's client fills in "default") and an ordinary one
+    empty, null, absent = member(1, ""), member(2, None), member(3)
+    absent = json.dumps({k: v for k, v in json.loads(absent).items() if k != "queue"},
+                        separators=(",", ":")).encode()
+    r.zadd(zset, {empty: past(), null: past(), absent: past(), member(4, "low"): past()})
+    # When the scheduler polls
+    with caplog.at_level(logging.ERROR, logger="queued.scheduler"):
+        sched.poll()
+    # Then the two that name no queue are in dead as they were, never pushed to default
+    assert sorted(r.zrange("dead", 0, -1)) == sorted([empty, null])
+    assert [without_enqueued_at(x) for x in r.lrange("queue:default", 0, -1)] == [absent]
+    assert [without_enqueued_at(x) for x in r.lrange("queue:low", 0, -1)] == [member(4, "low")]
+    assert r.zcard(zset) == 0 and r.smembers("queues") == {b"default", b"low"}
+    # and each is logged with the reason
+    assert 'a job must name its queue: its "queue" is ""' in caplog.text
+    assert 'a job must name its queue: its "queue" is null' in caplog.text
+
+
 def test_a_due_job_whose_queue_key_is_not_a_list_goes_to_dead_and_the_rest_move(
         r, sched, caplog):
     # Given due jobs for "default" and for "broken", whose key was overwritten with a string

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from queued.job import Registry
+from queued.jobregistry import Registry
 from queued.suggest import did_you_mean, near
 
 CLASSES = ["Billing::InvoiceJob", "Billing::RefundJob", "Mailer::Deliver", "app.jobs.Resize",

@@ -10,7 +10,7 @@ import queued
 from queued import tracking
 from queued.keys import TASK_STATES, Keys
 from queued.middleware import Chain
-from queued.server.fetch import GONE, REFUSED, WRITTEN, failure_call
+from queued.server.reserved import GONE, REFUSED, WRITTEN, failure_call
 from queued.server.scripts import FAIL
 from queued.task import CHUNK, Task
 from queued.tracking import Move

@@ -574,7 +574,8 @@ def test_busy_and_metrics_pages_link_odd_queue_and_class_names(browser_like, r):
     r.hincrby(m.minute_key(time.time()), f"{klass}|p", 3)
     busy = browser_like.get("/busy")
     assert busy.status_code == 200
-    link = re.search(r'<td><a href="([^"]*)">mailers/high</a></td>', busy.text).group(1)
+    link = re.search(r'<td class="queue"><a href="([^"]*)">mailers/high</a></td>',
+                     busy.text).group(1)
     assert "<code>mailers/high</code>" in heading(browser_like.get(html.unescape(link)).text)
     metrics = browser_like.get("/job-metrics")
     row = rows_by(metrics.text, "data-class")[klass]

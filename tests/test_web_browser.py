@@ -282,7 +282,7 @@ def test_each_queue_row_opens_and_clears_its_own_queue(page, r):
         page.goto("/queues")
         page.click(f"{row('queues', 'data-queue', name)} td a")
         page.wait_for_selector("#jobs")
-        assert page.text_content("main h1 code") == (ctl_name(name) if name else "")
+        assert page.text_content("main h1 code") == ctl_name(name)  # ("" for the empty one)
         assert page.locator("#jobs tbody tr").count() == i + 1
     shot(page, "queues-odd-names")
     for i, name in enumerate(URL_NAMES):
@@ -308,7 +308,7 @@ def test_each_dead_row_opens_and_deletes_its_own_job(page, r):
         page.goto("/dead")
         page.click(f"{row('jobs', 'data-jid', jid)} td:nth-child(2) a")
         page.wait_for_selector("#job")
-        assert page.text_content("main h1 code") == jid
+        assert page.text_content("main h1 code") == ctl_name(jid)  # ("" for the empty jid)
     for jid in jids:
         # When its row is ticked and deleted, Then exactly that job is gone
         page.goto("/dead")
@@ -674,14 +674,14 @@ def test_each_queue_of_any_name_deletes_its_own_job_and_finds_the_other(page, r)
         page.wait_for_selector("p.flash")
         # Then exactly that job is gone, and the page is still that queue's
         assert page.inner_text("p.flash") == "deleted 1 job"
-        assert page.text_content("main h1 code") == (ctl_name(name) if name else "")
+        assert page.text_content("main h1 code") == ctl_name(name)  # ("" for the empty one)
         assert [json.loads(j)["jid"] for j in r.lrange(f"queue:{name}", 0, -1)] == [f"{i}-b"]
         # and the other job's jid opens Find, whose queue link opens this queue again
         page.click(f"#jobs tr[data-jid='{i}-b'] a.jid")
         page.wait_for_selector("#places")
         page.click("#places tr[data-where=queue] a")
         page.wait_for_selector("#jobs")
-        assert page.text_content("main h1 code") == (ctl_name(name) if name else "")
+        assert page.text_content("main h1 code") == ctl_name(name)  # ("" for the empty one)
 
 
 # --- red team RT1: each Cron row acts on its own key; a question's number is what is done -----

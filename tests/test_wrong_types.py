@@ -11,7 +11,7 @@ import time
 import pytest
 
 from queued.server import recovery
-from queued.server.fetch import GONE, REFUSED, WRITTEN
+from queued.server.reserved import GONE, REFUSED, WRITTEN
 from queued.keys import Keys
 
 from conftest import FETCH_IDENTITY, job

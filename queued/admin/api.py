@@ -24,16 +24,17 @@ import redis as redis_lib
 from ..connection import make_redis
 from ..keys import COUNTERS, Keys
 from ..payload import job_class_name
+from . import ctltext
 from .deadlimits import DeadLimits
 from .entries import Entry, Filter
-from .jobsets import JobSet
+from .jobsets import JobSet, Unmovable
 from .limits import LimiterInfo, Limits
 from .locks import LockInfo, Locks
 from .names import name_of, to_key
 from .queues import Queue, latency_of
 
 __all__ = ["Admin", "Stats", "Process", "Running", "Queue", "QueueSummary", "JobSet", "Entry",
-           "Filter", "DeadLimits", "Locks", "LockInfo", "Limits", "LimiterInfo"]
+           "Filter", "DeadLimits", "Locks", "LockInfo", "Limits", "LimiterInfo", "Unmovable"]
 
 #: A remote signal left unread for this long is dropped (Sidekiq's EXPIRE on the list).
 SIGNAL_TTL = 60
@@ -268,7 +269,7 @@ class Process:
             g = groups[0]
             return f"{g.get('processes')} × {g.get('threads')} threads" \
                 if _int(g.get("threads")) > 1 else ""
-        return ", ".join(f"{g.get('name') + ' ' if g.get('name') else ''}"
+        return ", ".join(f"{ctltext.name(g['name']) + ' ' if g.get('name') else ''}"
                          f"{g.get('processes')} × {g.get('threads')}" for g in groups)
 
     @property

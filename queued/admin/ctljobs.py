@@ -11,7 +11,7 @@ import argparse
 import heapq
 
 from ..suggest import did_you_mean
-from .api import Entry, Filter, JobSet, Queue
+from .api import Entry, Filter, JobSet, Queue, Unmovable
 from . import ctlout as out
 from .ctlcmds import (Command, Context, Usage, can_ask, confirmed, json_flag, positive,
                       yes_flag)
@@ -134,7 +134,8 @@ def _pick(source: JobSet | Queue, where: Filter, limit: int) -> tuple[list[Entry
 
 
 def _error(e: Entry) -> str:
-    text = f"{e.error_class}: {e.error_message}" if e.error_class else e.error_message
+    # (the class is a name: ctltext.name; the message is text, on one line)
+    text = f"{out.name(e.error_class)}: {e.error_message}" if e.error_class else e.error_message
     return out.cut(text, 60)
 
 
@@ -193,22 +194,26 @@ def _check_action(action: str):
 def _run_action(action: str):
     def run(ctx: Context, args) -> int:
         source = _source(ctx, args.set)
+        left: list[Unmovable] = []
         if args.all:
-            done, missing = _act_on_all(source, action, args), []
+            done, missing = _act_on_all(source, action, args, left), []
         else:
-            done, missing = _act_on_jids(source, action, args)
+            done, missing = _act_on_jids(source, action, args, left)
         if args.json:
-            out.emit_json({"action": action, "set": args.set, "done": done,
-                           "not_found": missing})
+            doc = {"action": action, "set": args.set, "done": done, "not_found": missing}
+            if action == "retry":  # (what it left where it was, and why: F4 #3)
+                doc["left"] = [{"jid": e.entry.jid, "why": e.reason} for e in left]
+            out.emit_json(doc)
         else:
             out.say(f"{out.plural(done, 'job')} {DONE_WORDS[action]} from "
                     f"{_set_shown(args.set)}")
+        _say_left(left, args.set)
         if missing:
             narrowed = " (or not matching the filters)" if _where(args) else ""
             out.warn(f"not found in {_set_shown(args.set)}{narrowed}: "
                      f"{', '.join(out.name(j) for j in missing)}")
-            return 1
-        return 0
+        # (a job named by its JID and not done is exit 1; --all leaves them, said, exit 0)
+        return 1 if missing or (left and not args.all) else 0
     return run
 
 
@@ -218,7 +223,21 @@ QUESTIONS = {"retry": "retry {n} from {set} (enqueue them now)?",
              "kill": "kill {n} from {set} (move them to dead)?"}
 
 
-def _act_on_all(source: JobSet | Queue, action: str, args) -> int:
+def _say_left(left: list[Unmovable], set_name: str) -> None:
+    """The jobs a retry left where they were, and why (F4 #3: one whose payload names no
+    queue is never pushed to "default"), grouped by why, on stderr."""
+    kinds: dict[str, list[Unmovable]] = {}
+    for e in left:
+        kinds.setdefault(e.kind, []).append(e)
+    for kind, found in kinds.items():
+        jids = ", ".join(out.name(e.entry.jid) for e in found[:10])
+        more = f" and {len(found) - 10:,} more" if len(found) > 10 else ""
+        out.warn(f"{out.plural(len(found), 'job')} left in {_set_shown(set_name)}, not "
+                 f"retried: {kind}: {jids}{more}")
+
+
+def _act_on_all(source: JobSet | Queue, action: str, args,
+                left: list | None = None) -> int:
     """Every match, once asked (issue 20: filtered ones acted on 300 and 611 jobs without a
     question). The question's number is a promise (red team RT1, finding 7): it counts the
     matches in a copy of the set taken then, and the action walks that copy, so it acts on at
@@ -229,7 +248,7 @@ def _act_on_all(source: JobSet | Queue, action: str, args) -> int:
     size = source.size()  # (first: Redis unreachable is exit 3, whatever else is wrong)
     what = f"{action} --all on {_set_shown(args.set)}"
     can_ask(args, what)
-    act = {"retry": getattr(source, "retry_all", None),
+    act = {"retry": (lambda *a, **kw: source.retry_all(*a, left=left, **kw)),
            "delete": source.delete_all, "kill": getattr(source, "kill_all", None)}[action]
     if args.yes:
         with out.Bar(f"{action} {args.set}", size) as bar:
@@ -244,16 +263,21 @@ def _act_on_all(source: JobSet | Queue, action: str, args) -> int:
             return act(where, progress=bar.callback, snapshot=snap)
 
 
-def _act_on_jids(source: JobSet | Queue, action: str, args) -> tuple[int, list[str]]:
-    """Act on the named jobs (that match the filters); (how many, the jids not acted on).
-    One walk finds them all; each is then acted on by itself, guarded: one taken meanwhile
-    counts as not found."""
+def _act_on_jids(source: JobSet | Queue, action: str, args,
+                 left: list) -> tuple[int, list[str]]:
+    """Act on the named jobs (that match the filters); (how many, the jids not found). One
+    walk finds them all; each is then acted on by itself, guarded: one taken meanwhile
+    counts as not found; one a retry leaves where it is (Unmovable) goes in ``left``."""
     jids = list(dict.fromkeys(args.jids))
     acted: set[str] = set()
     done = 0
     for entry in list(source.scan(_where(args, jids))):
-        if getattr(source, action)(entry):
-            done += 1
+        try:
+            if getattr(source, action)(entry):
+                done += 1
+                acted.add(entry.jid)
+        except Unmovable as e:
+            left.append(e)
             acted.add(entry.jid)
     return done, [j for j in jids if j not in acted]
 

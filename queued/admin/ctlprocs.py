@@ -13,7 +13,7 @@ import sys
 
 from .. import __version__
 from .api import Process
-from . import ctlout as out
+from . import ctlout as out, ctltext
 from .ctlcmds import Command, Context, Unhealthy, Usage, json_flag
 
 #: A process whose last beat is older than this is shown as stale (Sidekiq's record lives
@@ -45,7 +45,7 @@ def run_processes(ctx: Context, args) -> int:
     out.print_table(
         "Processes", ["Identity", "Tag", "Started", "Queues", "Busy", "Reserved", "State",
                       "Beat", "RSS"],
-        [(out.name(p.identity), p.tag, out.when(p.started_at, now),
+        [(out.name(p.identity), out.name(p.tag) if p.tag else "", out.when(p.started_at, now),
           ", ".join(out.name(q) for q in dict.fromkeys(p.queues)),
           f"{p.busy}/{p.concurrency}", str(p.reserved), _state(p, now), out.when(p.beat, now),
           out.megabytes(p.rss_kb)) for p in procs],
@@ -64,10 +64,16 @@ def describe_hang(hang: dict) -> str:
     """One line for a hang a process reported (heartbeat.hangs)."""
     if "loop_lag" in hang:
         return (f"worker {hang.get('worker')} pid {hang.get('pid')}: its event loop has not run "
-                f"for {hang.get('loop_lag')}s" + (f", stuck in job {hang['jid']}"
+                f"for {hang.get('loop_lag')}s" + (f", stuck in job {_name(hang['jid'])}"
                                                     if hang.get("jid") else ""))
     return (f"worker {hang.get('worker')} pid {hang.get('pid')} thread {hang.get('thread')}: "
-            f"{hang.get('class')} jid={hang.get('jid')} is {hang.get('over')}s past its timeout")
+            f"{_name(hang.get('class'))} jid={_name(hang.get('jid'))} is {hang.get('over')}s "
+            "past its timeout")
+
+
+def _name(value) -> str:
+    # (a hang's class and jid are names as any other: ctltext.name, as the dashboard shows it)
+    return ctltext.name(value if isinstance(value, str) else str(value))
 
 
 def run_running(ctx: Context, args) -> int:

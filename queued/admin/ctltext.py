@@ -15,13 +15,17 @@ an ESC could move the cursor, erase the rows above, hide what follows, set the w
 plant a link (red team RT1, finding 2). So every format for people escapes what a terminal
 acts on, as the daemon's log does (``\\x1b``); and a name (a queue, a process, a class) that
 would look like another (``critical`` and ``critical\\n``, a name with blanks at an end, the
-empty one) is shown quoted, with escapes (finding 14).
+empty one, one holding a zero-width space: F4 #1) is shown quoted, with escapes (finding 14).
+The dashboard shows names the same way (web/filters.py), reads a quoted one typed in a search
+box back (``read_name``, F4 #2), and shows arguments as JSON with the same characters escaped
+(``shown_json``).
 """
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 #: Between two plain columns: two spaces, so a header name or a cell with one space inside
 #: ("Next retry", "3m ago") still reads as one column.
@@ -38,14 +42,18 @@ _TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r
 
 
 def escape_char(c: str) -> str:
-    """``\\n``, ``\\x1b``, ``\\xff`` for a byte that was not UTF-8 (surrogateescape's
-    U+DC80..U+DCFF), ``\\u202e``, ``\\ud83d``."""
+    """``\\n``, ``\\x1b`` (ASCII), ``\\xff`` for a byte that was not UTF-8 (surrogateescape's
+    U+DC80..U+DCFF: ``\\xNN`` past 7f is always a byte), ``\\u0085``, ``\\u202e``, ``\\ud83d``,
+    ``\\U000e0041``: C1 controls are ``\\u00NN``, or U+0085 and the byte 0x85 would read
+    alike."""
     if c in _NAMED:
         return _NAMED[c]
     code = ord(c)
     if 0xDC80 <= code <= 0xDCFF:
         return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def visible(text: str) -> str:
@@ -65,27 +73,125 @@ def one_line(text: str) -> str:
     return visible(" ".join(str(text).split()))
 
 
-def name(text: str) -> str:
-    """A name as people read it: as it is when nothing else can look the same; else in double
-    quotes, with a backslash, a double quote, a second space in a row and what UNSAFE holds
-    escaped (``""`` is the empty name, ``"critical\\n"`` is not ``critical``, ``"\\xff\\xfe"``
-    is two bytes that are not UTF-8)."""
-    text = str(text)
-    if (text and text == text.strip() and not text.startswith('"') and "  " not in text
-            and not UNSAFE.search(text)):
-        return text
-    out, last = [], ""
+# --- names --------------------------------------------------------------------------------------
+
+#: Beyond UNSAFE, what a name shows as nothing or as another character: spaces other than
+#: U+0020 (a no-break space reads as a space), format characters (zero-width spaces and
+#: joiners, LRM/RLM, the BOM, a soft hyphen, tag characters), private-use and unassigned code
+#: points (each an empty box), line and paragraph separators; and these, which Unicode counts
+#: as letters or marks but which draw nothing: the combining grapheme joiner, the Hangul
+#: fillers, the Braille blank, the Mongolian and the (supplementary) variation selectors.
+_HIDDEN_CATEGORIES = frozenset(("Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co", "Cn"))
+_BLANK = re.compile("[\u034f\u115f\u1160\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+                    "\U000e0100-\U000e01ef]")
+
+
+def _hidden(c: str) -> bool:
+    """Whether ``c`` (not ASCII) is escaped in a name."""
+    return ((unicodedata.category(c) in _HIDDEN_CATEGORIES and c != " ")
+            or _BLANK.match(c) is not None)
+
+
+def _escaped_in(text: str) -> Callable[[str], bool]:
+    """Which characters of ``text`` a name shows escaped: UNSAFE and what shows as nothing or
+    as another character (_hidden); in a name that is not in Unicode's composed form (NFC)
+    also each combining mark and each character NFC would change, so ``cafe\\u0301`` does not
+    read as ``caf\u00e9``."""
+    if text.isascii():
+        return lambda c: UNSAFE.match(c) is not None
+    composed = unicodedata.is_normalized("NFC", text)
+    return lambda c: (UNSAFE.match(c) is not None or _hidden(c) or (not composed and (
+        unicodedata.category(c).startswith("M") or unicodedata.normalize("NFC", c) != c)))
+
+
+def plain_name(text: str) -> bool:
+    """Whether ``name(text)`` is ``text`` itself: nothing else can look the same."""
+    if not text or text != text.strip() or text.startswith('"') or "  " in text:
+        return False
+    if text.isascii():  # (the common case: one regex search, as before F4)
+        return UNSAFE.search(text) is None
+    escaped = _escaped_in(text)
+    return not any(escaped(c) for c in text)
+
+
+def name_pieces(text: str) -> Iterator[tuple[str, str | None]]:
+    """The inside of a quoted name, piece by piece: (text, None) as it is, or (an escape,
+    why) for a character shown escaped: ``"byte"`` (a byte that is not UTF-8), ``"space"`` (a
+    second space in a row) or ``"char"``. A backslash and a double quote are ``\\\\`` and
+    ``\\"``."""
+    escaped, last = _escaped_in(text), ""
     for c in text:
         if c in '\\"':
-            out.append("\\" + c)
+            yield "\\" + c, None
         elif c == " " and last == " ":
-            out.append("\\x20")
-        elif UNSAFE.match(c):
-            out.append(escape_char(c))
+            yield "\\x20", "space"
+        elif escaped(c):
+            yield escape_char(c), "byte" if 0xDC80 <= ord(c) <= 0xDCFF else "char"
         else:
-            out.append(c)
+            yield c, None
         last = c
-    return '"' + "".join(out) + '"'
+
+
+def text_pieces(text: str) -> Iterator[tuple[str, str | None]]:
+    """Free text (a backtrace line), piece by piece as name_pieces, but nothing quoted: only
+    the characters that show as nothing or as another are escaped."""
+    escaped = _escaped_in(text)
+    for c in text:
+        if escaped(c):
+            yield escape_char(c), "byte" if 0xDC80 <= ord(c) <= 0xDCFF else "char"
+        else:
+            yield c, None
+
+
+def name(text: str) -> str:
+    """A name as people read it: as it is when nothing else can look the same; else in double
+    quotes, with a backslash, a double quote, a second space in a row and every character
+    that shows as nothing or as another escaped (``""`` is the empty name, ``"critical\\n"``
+    is not ``critical``, ``"\\xff\\xfe"`` is two bytes that are not UTF-8, ``"a\\u200bb"``
+    holds a zero-width space). Homoglyphs (a Cyrillic a for a Latin one) are not told apart."""
+    text = str(text)
+    if plain_name(text):
+        return text
+    return '"' + "".join(piece for piece, _ in name_pieces(text)) + '"'
+
+
+#: An escape inside a quoted name: \\xNN, \\uNNNN, \\UNNNNNNNN, or \\\\ \\" \\n \\r \\t.
+_ESCAPE = re.compile(r'\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|([\\"nrt]))')
+_NAMED_BACK = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"'}
+
+
+def read_name(text: str) -> str | None:
+    """The name a quoted text spells as ``name`` writes it (``"nul\\x00byte"`` is nul, NUL,
+    byte; ``\\xNN`` past 7f is a byte that is not UTF-8, U+DC80..U+DCFF as names.py reads
+    one), so what a page or queuedctl shows can be typed back; None for a text that is not
+    one (no quotes around it, a quote inside left bare, an escape name never writes)."""
+    if len(text) < 2 or text[0] != '"' or text[-1] != '"':
+        return None
+    inner, out, i = text[1:-1], [], 0
+    while i < len(inner):
+        c = inner[i]
+        if c == '"':
+            return None
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        m = _ESCAPE.match(inner, i)
+        if m is None:
+            return None
+        byte, short, wide, plain = m.groups()
+        if byte:
+            code = int(byte, 16)
+            out.append(chr(code if code < 0x80 else 0xDC00 + code))
+        elif short or wide:
+            code = int(short or wide, 16)
+            if code > 0x10FFFF:
+                return None
+            out.append(chr(code))
+        else:
+            out.append(_NAMED_BACK[plain])
+        i = m.end()
+    return "".join(out)
 
 
 def tsv_cell(text: str) -> str:
@@ -119,3 +225,48 @@ def tsv_lines(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> Iterator
     yield "\t".join(tsv_cell(c) for c in columns)
     for row in rows:
         yield "\t".join(tsv_cell(c) for c in row)
+
+
+# --- JSON as pages show it ----------------------------------------------------------------------
+
+_JSON_SHORT = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def json_escape(c: str) -> str:
+    """``c`` as a JSON string escape: ``\\n``, ``\\u0000``, ``\\u200b``, a pair of
+    ``\\udXXX`` past U+FFFF."""
+    if c in _JSON_SHORT:
+        return _JSON_SHORT[c]
+    code = ord(c)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def _shows_escaped(c: str) -> bool:
+    return UNSAFE.match(c) is not None or (not c.isascii() and _hidden(c))
+
+
+def shown_json(value: Any, separators: tuple[str, str] = (", ", ": "), indent: int | None = None,
+               sort_keys: bool = False) -> str:
+    """A job's value (its arguments, its payload) as JSON text that reads as it is: what
+    json.dumps writes raw past ASCII that shows as nothing or as another character (a
+    zero-width space, a bidi override, a no-break space, a lone surrogate) written as its
+    ``\\uXXXX`` escape, so the text is still JSON that reads back the same, and what the
+    argument search matches (entries.Filter)."""
+    text = json.dumps(value, ensure_ascii=False, default=str, separators=separators,
+                      indent=indent, sort_keys=sort_keys)
+    if text.isascii() and "\x7f" not in text:
+        return text
+    return "".join(json_escape(c) if _shows_escaped(c) else c for c in text)
+
+
+def as_json_text(text: str) -> str:
+    """Text typed to be found in such JSON: each character JSON (or shown_json) never writes
+    raw there, a control, a zero-width space, written as its escape, so a search for
+    ``y<NUL>z`` finds what the page shows as ``y\\u0000z``; quotes and backslashes stay as
+    typed (they are JSON's own)."""
+    if text.isprintable() and text.isascii():
+        return text
+    return "".join(json_escape(c) if _shows_escaped(c) else c for c in text)

@@ -15,8 +15,9 @@ from functools import cached_property
 from typing import Any, Iterable
 
 from .. import activejob
-from ..payload import job_class_name, to_epoch
+from ..payload import job_class_name, queue_of, to_epoch
 from ..tracking import TASK_FIELD
+from .ctltext import as_json_text, shown_json
 from .names import to_key
 
 _PLAIN = re.compile(r"[A-Za-z0-9_.@-]+")
@@ -60,15 +61,35 @@ class Entry:
 
     @property
     def klass(self) -> str:
-        """The class to show: ActiveJob's wrapped class or a display_class, else ``class``."""
-        return job_class_name(self.msg) if self.msg is not None else "?"
+        """The class to show: ActiveJob's wrapped class or a display_class, else ``class``
+        ("?" when there is none; an empty one is shown empty, ``""``, not as "?")."""
+        msg = self.msg
+        if msg is None:
+            return "?"
+        shown = job_class_name(msg)
+        return "" if shown == "?" and msg.get("class") == "" else shown
 
     @property
     def queue(self) -> str:
-        queue = self._get("queue")
+        """The queue it is in, or its payload names: ``""`` as it is (a retry leaves such a
+        job: ``destination``), "default" when the payload has none, another JSON value as
+        its JSON (``null``)."""
         if self.source.startswith("queue:"):
             return self.source[len("queue:"):]
-        return queue if isinstance(queue, str) and queue else "default"
+        msg = self.msg
+        if msg is None or "queue" not in msg:
+            return "default"
+        queue = msg["queue"]
+        return queue if isinstance(queue, str) else text_of(queue) or "null"
+
+    @property
+    def destination(self) -> str | None:
+        """The queue a retry pushes it to (payload.queue_of), None when its payload names
+        none (``"queue"`` empty, null, not a string: it stays where it is). A member that is
+        not a job goes to "default", where a worker sends it to dead with the reason."""
+        if self.source.startswith("queue:"):
+            return self.source[len("queue:"):]
+        return "default" if self.msg is None else queue_of(self.msg)
 
     @property
     def args(self) -> list:
@@ -135,7 +156,9 @@ class Filter:
     shown (ActiveJob wrapped) class, exactly; ``queue``: exactly; ``error``: a substring of
     error_class or error_message, any case; ``error_class``: the error class, exactly (one
     group of ``queuedctl errors`` with ``klass``: red team RT1, finding 13); ``arg``: a
-    substring of the arguments as JSON; ``jids``: one of these jids; ``task``: a job of this
+    substring of the arguments as JSON, compact (``["a",1]``) or as the dashboard shows them
+    (``["a", 1]``), where a control or an invisible character is its escape (``\\u0000``,
+    ``\\u200b``: one typed raw is looked for so); ``jids``: one of these jids; ``task``: a job of this
     task (its payload's ``task_id``)."""
 
     klass: str | None = None
@@ -172,8 +195,7 @@ class Filter:
             text = f"{entry.error_class}: {entry.error_message}".lower()
             if self.error.lower() not in text:
                 return False
-        if self.arg is not None and self.arg not in json.dumps(
-                entry.args, ensure_ascii=False, separators=(",", ":")):
+        if self.arg is not None and not _in_arguments(as_json_text(self.arg), entry.args):
             return False
         return True
 
@@ -197,6 +219,13 @@ class Filter:
         if self.arg is not None and _PLAIN.fullmatch(self.arg):
             return f"*{self.arg}*".encode()
         return None
+
+
+def _in_arguments(text: str, args: list) -> bool:
+    """Whether ``text`` is in the arguments' JSON, as queuedctl writes it (compact) or as the
+    dashboard shows it (a space after each separator), hidden characters escaped either way
+    (ctltext.shown_json)."""
+    return text in shown_json(args, (",", ":")) or text in shown_json(args)
 
 
 def jid_spellings(jid: str) -> list[bytes]:

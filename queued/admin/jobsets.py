@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import redis as redis_lib
 
 from ..connection import Script
-from ..payload import dumps, with_field
+from ..payload import dumps, no_queue, with_field
 from ..keys import Keys
 from . import deadlimits
 from .deadlimits import DeadLimits
@@ -40,6 +40,19 @@ BATCH = 500
 KICKS = "kick_count"
 
 Progress = Callable[[int, int], None]  # (examined so far, acted on so far)
+#: Why a retry leaves a job where it is (Unmovable.kind).
+NO_QUEUE = 'its payload names no queue ("queue" is "", null or not a string)'
+NOT_A_JOB = "not a job (not JSON, not UTF-8, not a JSON object)"
+
+
+class Unmovable(ValueError):
+    """A retry (or run now) of a job that has nowhere to go: its payload names no queue
+    (payload.queue_of: Sidekiq 6.4's client refuses it; queued pushes it neither to "default"
+    nor anywhere), or a member of Dead that is not a job. The job is left where it is."""
+
+    def __init__(self, entry: Entry, kind: str, reason: str):
+        super().__init__(reason)
+        self.entry, self.kind, self.reason = entry, kind, reason
 #: How a set reads in a removed task job's error ("deleted by an operator from the retry set").
 WHERE = {"schedule": "the schedule", "retry": "the retry set", "dead": "the dead set"}
 
@@ -126,7 +139,11 @@ class JobSet:
 
     # --- one job ---------------------------------------------------------------------------
     def retry(self, entry: Entry) -> bool:
-        """Push it to its queue now (Sidekiq's add_to_queue/retry). False if it was gone."""
+        """Push it to its queue now (Sidekiq's add_to_queue/retry). False if it was gone;
+        Unmovable (nothing done) when it has no queue to go to."""
+        left = self._left("queue", entry)
+        if left is not None:
+            raise left
         return self._act("queue", [entry])[0] == 1
 
     def delete(self, entry: Entry) -> bool:
@@ -148,8 +165,10 @@ class JobSet:
     # (``snapshot``: act on the jobs of that copy, taken when a question counted them, not on
     # the set as it is now)
     def retry_all(self, where: Filter | None = None, progress: Progress | None = None,
-                  snapshot: Snapshot | None = None) -> int:
-        return self._bulk("queue", where, progress, snapshot)
+                  snapshot: Snapshot | None = None, left: list | None = None) -> int:
+        """Every match pushed to its queue now; how many. A match with nowhere to go stays
+        where it is (Unmovable's cases), appended to ``left`` as an Unmovable when given."""
+        return self._bulk("queue", where, progress, snapshot, left)
 
     def delete_all(self, where: Filter | None = None, progress: Progress | None = None,
                    snapshot: Snapshot | None = None) -> int:
@@ -174,7 +193,7 @@ class JobSet:
         return self._bulk("dead", where, progress, snapshot)
 
     def _bulk(self, action: str, where: Filter | None, progress: Progress | None,
-              snap: Snapshot | None = None) -> int:
+              snap: Snapshot | None = None, left: list | None = None) -> int:
         """Act on every match among the jobs present when it began, BATCH jobs per round
         trip; the number acted on. It walks a copy of the set taken in one step
         (snapshot.py): a job that enters the set meanwhile (a retried job failing back into
@@ -182,17 +201,24 @@ class JobSet:
         of the copy is read once, so none is acted on twice."""
         if snap is None:
             with self.snapshot() as snap:
-                return self._walk(action, where or Filter(), progress, snap)
-        return self._walk(action, where or Filter(), progress, snap)
+                return self._walk(action, where or Filter(), progress, snap, left)
+        return self._walk(action, where or Filter(), progress, snap, left)
 
     def _walk(self, action: str, where: Filter, progress: Progress | None,
-              snap: Snapshot) -> int:
+              snap: Snapshot, left: list | None) -> int:
         limits = self._limits() if action == "dead" else None
         done = examined = 0
         for rows in snap.pages(BATCH):
             examined += len(rows)
-            batch = [e for e in (Entry(m, s, self.name) for m, s in rows)
-                     if where.matches(e) and self._movable(action, e)]
+            batch = []
+            for e in (Entry(m, s, self.name) for m, s in rows):
+                if not where.matches(e):
+                    continue
+                stays = self._left(action, e)
+                if stays is None:
+                    batch.append(e)
+                elif left is not None:
+                    left.append(stays)
             if batch:
                 done += self._act(action, batch, limits=limits)[0]
             if progress:
@@ -201,13 +227,20 @@ class JobSet:
             progress(0, 0)
         return done
 
-    def _movable(self, action: str, entry: Entry) -> bool:
-        """Whether a bulk action moves this member: a retry of Dead leaves what is not a job
-        (not JSON, not UTF-8, not an object) where it is. Pushed to its queue it came back to
-        Dead as an "unusable payload" at once, counted as retried (red team RT4, finding 6);
-        from Retries or Scheduled it goes, so that the daemon sends it to Dead with that
-        reason."""
-        return action != "queue" or self.name != "dead" or entry.msg is not None
+    def _left(self, action: str, entry: Entry) -> Unmovable | None:
+        """Why an action leaves this member where it is, or None. A retry leaves a job whose
+        payload names no queue (F4 #3: it went to "default"; Sidekiq 6.4 refuses it, and
+        loses it); and, from Dead, what is not a job (not JSON, not UTF-8, not an object):
+        pushed to its queue it came back to Dead as an "unusable payload" at once, counted as
+        retried (red team RT4, finding 6); from Retries or Scheduled that one goes, so that
+        the daemon sends it to Dead with that reason."""
+        if action != "queue":
+            return None
+        if entry.msg is None:
+            return Unmovable(entry, NOT_A_JOB, NOT_A_JOB) if self.name == "dead" else None
+        if entry.destination is None:
+            return Unmovable(entry, NO_QUEUE, no_queue(entry.msg))
+        return None
 
     # --- the script ------------------------------------------------------------------------
     def _limits(self) -> DeadLimits:
@@ -244,7 +277,7 @@ class JobSet:
             return repr(float(score)), ""
         if action != "queue":
             return entry.raw, entry.queue
-        return self._to_queue(entry, now), entry.queue
+        return self._to_queue(entry, now), entry.destination
 
     def _to_queue(self, entry: Entry, now: float) -> bytes | str:
         """The payload a job goes back to its queue with. A scheduled job keeps its bytes

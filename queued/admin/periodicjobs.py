@@ -23,9 +23,10 @@ import redis as redis_lib
 
 from ..cronspec import Timing, parse_cron, parse_every
 from ..keys import Keys
-from ..payload import new_jid
+from ..payload import new_jid, no_queue, queue_of
 from ..periodic import enqueue, stamp
 from ..values import Invalid
+from . import ctltext
 from .names import name_of, to_key
 
 STATUSES = ("enabled", "disabled")
@@ -96,10 +97,13 @@ def clock(timing: Timing | None) -> str:
 
 
 def _queue(raw: dict) -> str:
+    """The queue its runs go to: its message's (an empty one is shown ``""``, as enqueue_now
+    writes it), "default" when the message names none."""
     try:
-        return str(json.loads(_text(raw, "message")).get("queue") or "default")
+        queue = json.loads(_text(raw, "message")).get("queue", "default")
     except (ValueError, AttributeError):
         return "default"
+    return queue if isinstance(queue, str) else json.dumps(queue)
 
 
 def schedules(r: redis_lib.Redis, keys: Keys, now: float | None = None) -> list[dict]:
@@ -145,6 +149,8 @@ def enqueue_now(r: redis_lib.Redis, keys: Keys, name: str) -> dict:
         template["class"], template.setdefault("queue", "default")
     except (ValueError, KeyError, TypeError):
         raise NoSuchJob(f"periodic job {name!r} has no usable message in Redis") from None
+    if queue_of(template) is None:  # ("" or null: pushed nowhere, F4 #3; job-states.md)
+        raise NoSuchJob(f"periodic job {name!r} was not pushed: {no_queue(template)}")
     now = time.time()
     msg = stamp(template, name, None, now, new_jid())
     try:
@@ -169,7 +175,8 @@ def set_status(r: redis_lib.Redis, keys: Keys, name: str, status: str) -> str:
 # --- what the command and the page say -------------------------------------------------------
 
 def pushed_text(name: str, msg: dict) -> str:
-    return f"pushed {msg['class']} jid={msg['jid']} to queue {msg['queue']} (periodic job {name})"
+    return (f"pushed {ctltext.name(msg['class'])} jid={msg['jid']} to queue "
+            f"{ctltext.name(msg['queue'])} (periodic job {name})")
 
 
 def status_text(name: str, before: str, status: str) -> str:

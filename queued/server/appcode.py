@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple, Sequence
 from .. import events
 from ..arguments import strict_args
 from ..errors import AppLoadError
-from ..job import JobNameClash, registry
+from ..jobregistry import JobNameClash, registry
 from ..middleware import client_middleware, server_middleware
 from ..periodic import declared as declared_schedules  # (queued.periodic is the decorator)
 

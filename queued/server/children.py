@@ -14,7 +14,8 @@ spare slot; it is asked to stop (``retire``) only once every other worker is up,
 it is still running its job ``shutdown_timeout`` later.
 
 Does not own what happens to the jobs of an exited worker (master.py hands that to
-recovery.py), nor signals or timers (master.py), nor which worker to replace when (rolling.py).
+recovery.py), nor signals or timers (mastersignals.py, mastertimers.py), nor which worker to
+replace when (rolling.py).
 """
 from __future__ import annotations
 

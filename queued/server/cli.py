@@ -13,7 +13,7 @@ from .. import client
 from . import log as logsetup
 from . import periodic
 from ..errors import APP_LOAD_ERROR, EXIT_CONFIG_ERROR, AppLoadError, ConfigError, QueuedError
-from ..job import registry
+from ..jobregistry import registry
 from .appcode import AppCode, load_app
 from .notify import Notifier
 
@@ -27,11 +27,11 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-#: The signals the master handles (master.SIGNALS, but SIGCHLD: its default is to ignore),
-#: recorded from main's first line until the master's own handlers are in (run()), which acts
-#: on them in order of arrival. During boot (loading the job code can take seconds) their
-#: default actions killed the process (TERM, HUP, USR1, USR2), raised KeyboardInterrupt in
-#: the import (INT), or suspended it (TSTP, TTIN): issue 16.1.10.
+#: The signals the master handles (mastersignals.SIGNALS, but SIGCHLD: its default is to
+#: ignore), recorded from main's first line until the master's own handlers are in (run()),
+#: which acts on them in order of arrival. During boot (loading the job code can take seconds)
+#: their default actions killed the process (TERM, HUP, USR1, USR2), raised KeyboardInterrupt
+#: in the import (INT), or suspended it (TSTP, TTIN): issue 16.1.10.
 EARLY_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                  signal.SIGTSTP, signal.SIGTTIN)
 

@@ -15,9 +15,9 @@ What finish.lua answers, and what is done then:
   task's id, never marked working): their records are written, as a working mark would have;
 - a refusal (the task would complete with a callback's queue key of another type): each job
   ends as before, with fail.lua, which tells whether its end completes the task and holds it
-  if so (outcomes.py, fetch.py).
+  if so (outcomes.py, sentahead.py).
 
-Does not own the connection (fetch.py) nor the scripts' Redis side (finish.lua, task.lua).
+Does not own the connection (sentahead.py) nor the scripts' Redis side (finish.lua, task.lua).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from ..keys import Keys
 
 
 class Item(NamedTuple):
-    member: bytes   # the reservation (fetch.Reservation.member)
+    member: bytes   # the reservation (reserved.Reservation.member)
     jid: str
     msg: dict       # the job, for its record if its task has none
     queue: str

@@ -40,7 +40,7 @@ import time
 from typing import Callable, NamedTuple
 
 from .. import events
-from ..job import registry
+from ..jobregistry import registry
 from ..middleware import Chain, client_middleware
 
 log = logging.getLogger("queued.master")

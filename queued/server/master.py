@@ -8,22 +8,23 @@ loop reads it. The master owns every signal: TERM/INT stop, USR1/TSTP quiet, TTI
 
 The master never runs a job and never blocks on Redis for long; when Redis is away it keeps
 reaping and supervising, and retries Redis work with backoff, logging once per outage.
+
+This module owns the loop, the boot (waiting for Redis) and the end, and the steps about the
+workers, each handed to its part (children.py, exits.py, giveback.py, rolling.py). Master is
+one object made of four classes, one module each: the signals and what they ask
+(mastersignals.py), a HUP's reload (masterreload.py), the timers, the wait and the title
+(mastertimers.py); the state they share is made here, in ``__init__``.
 """
 from __future__ import annotations
 
 import logging
 import os
-import select
 import signal
-import sys
-import threading
 import time
-import traceback
 
 import redis
 
 from . import recovery, titles
-from . import log as logsetup
 from ..connection import make_redis
 from ..errors import EXIT_REDIS_ERROR
 from .heartbeat import Heartbeat, new_identity
@@ -41,25 +42,20 @@ from .giveback import GiveBack
 from .rolling import Rollout
 from ..groups import shape_lines
 from .worker import Worker, note_labels
+from .masterreload import MasterReload
+from .mastersignals import RUNNING, SIGNALS, STOPPING, MasterSignals
+from .mastertimers import MasterTimers
 
 log = logging.getLogger("queued.master")
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGTSTP, signal.SIGTTIN,
-           signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR2)
-#: Longest the loop sleeps, so every timer is noticed within it (seconds).
-TICK = 1.0
-#: Seconds between two workers' stack dumps after TTIN, so they come in slot order.
-DUMP_GAP = 0.2
 #: Backoff between attempts to reach Redis at boot: first wait (doubling to 5 s).
 CONNECT_BACKOFF = 0.1
 #: While Redis is unreachable at boot, "still waiting" is logged this long after the first
 #: attempt (seconds), then every WAITING_EVERY seconds.
 WAITING_REPORTS, WAITING_EVERY = (10.0, 30.0, 60.0), 60.0
 
-RUNNING, QUIET, STOPPING = "running", "quiet", "stopping"
 
-
-class Master:
+class Master(MasterSignals, MasterReload, MasterTimers):
     def __init__(self, config, early_signals: list[int] | None = None, embedded=None,
                  notifier: Notifier | None = None, code=None, reread=None):
         self.config = config
@@ -234,183 +230,6 @@ class Master:
         titles.set_title(titles.master_title(self.config.tag, 0, self.config.jobs_at_once,
                                              "stopped"))
 
-    # --- signals ---------------------------------------------------------------------------------
-    def _install_signals(self) -> None:
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
-        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
-        for sig in SIGNALS:
-            signal.signal(sig, lambda signum, frame: None)  # the wakeup fd does the recording
-
-    def _wait(self, timeout: float | None = None) -> None:
-        if timeout is None:
-            now = time.monotonic()
-            timeout = min(TICK, max(0.0, self.next_beat - now))
-            # Only the timers that will fire: the scheduler is not ticked unless running, and
-            # a deadline passes once. Counting them after that made a quiet or stopping
-            # master spin at 100% CPU (a zero timeout for ever).
-            if self.state == RUNNING:
-                timeout = min(timeout, self.scheduler.due_in(now))
-                cron = self.periodic.due_in()  # (wall clock: ticks are times of day)
-                if cron is not None:
-                    timeout = min(timeout, cron)
-            if self.deadline is not None and self.deadline > now:
-                timeout = min(timeout, self.deadline - now)
-            if self.dumps:
-                timeout = min(timeout, max(0.0, self.next_dump - now))
-            for due in (self.waker.due_in(now), self.children.next_kill_in(now),
-                        self.notify.due_in(now), self.giveback.due_in(now)):
-                if due is not None:
-                    timeout = min(timeout, due)
-        try:
-            select.select([self.wake_r, *self.waker.fds()], [], [], timeout)
-        except InterruptedError:
-            pass
-
-    def _handle_signals(self) -> None:
-        try:
-            data = os.read(self.wake_r, 512)
-        except BlockingIOError:
-            return
-        for signum in data:
-            self._dispatch(signum)
-
-    def _dispatch(self, signum: int) -> None:
-        handler = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop,
-                   signal.SIGUSR1: self.quiet, signal.SIGTSTP: self.quiet,
-                   signal.SIGTTIN: self.dump, signal.SIGHUP: self._hup,
-                   signal.SIGUSR2: self.reopen_logs}.get(signum)
-        if handler:
-            handler(signal.Signals(signum).name)
-
-    def quiet(self, why: str = "TSTP") -> None:
-        """Stop fetching, let running jobs finish (workers exit after their job)."""
-        if self.state != RUNNING:
-            return
-        log.info("%s: quiet; running jobs finish, no new jobs are fetched", why)
-        self.state = QUIET
-        self.rollout.cancel("quiet")
-        self.app.fire("quiet")
-        self._signal_workers(signal.SIGTERM)
-        self._resign()
-        self.next_beat = 0.0
-
-    def stop(self, why: str = "TERM") -> None:
-        """Graceful stop against one deadline; a second stop request hurries it."""
-        if self.state == STOPPING:
-            log.info("%s again: stopping now; running jobs go back to their queues", why)
-            self.deadline = time.monotonic()
-            return
-        log.info("%s: shutting down; waiting up to %gs for running jobs", why,
-                 self.config.shutdown_timeout)
-        self.state = STOPPING
-        self.rollout.cancel("stopping")
-        self.notify.stopping(self._status())
-        self.deadline = time.monotonic() + self.config.shutdown_timeout
-        self._signal_workers(signal.SIGTERM)
-        self._resign()
-        self.next_beat = 0.0
-
-    def _hup(self, why: str) -> None:
-        """Rolling restart (rolling.py): the config file and the job code loaded again, then
-        every worker replaced, one at a time, each after its job. Refused while quiet or
-        stopping: those workers are not replaced anyway."""
-        if self.state != RUNNING:
-            log.info("%s ignored: this master is %s", why, self.state)
-            return
-        if self.loading is not None:
-            log.info("%s: a reload is under way; the config and code are read again once it "
-                     "ends", why)
-            self.hup_again = why
-            return
-        self.loading = self.rollout.start_reload(self.config, why, self.jobmetrics.prepare,
-                                                 self._wake)
-        if self.loading is not None:
-            self._use(self.loading.view)  # (the registries are the loader's until it ends)
-            self._reloaded()  # (at once when there is no job code to import)
-
-    def _reloaded(self) -> None:
-        """A loop step: once a HUP's new code has loaded (its thread ended), apply the reload,
-        unless the master went quiet or is stopping meanwhile."""
-        loading = self.loading
-        if loading is None or not loading.done:
-            return
-        self.loading = None
-        self._use(LIVE)
-        new = self.rollout.finish_reload(loading)
-        if new is not None and self.state == RUNNING:
-            if loading.change is not None:
-                loading.change.commit()
-            self._reconfigure(new)
-            self.rollout.begin(time.monotonic())
-        elif new is not None:
-            log.info("%s: the new code loaded, but this master is %s: not applied",
-                     loading.why, self.state)
-            if loading.change is not None:
-                loading.change.abort()
-        if self.hup_again is not None:
-            why, self.hup_again = self.hup_again, None
-            self._hup(why)
-
-    def _use(self, view: AppView) -> None:
-        """The registries the loop's parts read: live, or frozen while a HUP's code loads."""
-        self.app = view
-        self.scheduler.chain = self.periodic.chain = view.client
-        self.exits.app = None if view is LIVE else view
-
-    def _wake(self) -> None:
-        """From the loader thread: a byte 0 into the wakeup pipe (no signal: a turn)."""
-        try:
-            os.write(self.wake_w, b"\0")
-        except (AttributeError, OSError):
-            pass  # (full, or a Master whose loop never ran: it wakes anyway)
-
-    def _reconfigure(self, config) -> None:
-        """The settings a HUP may change, in the master's parts (rolling.RESTART_ONLY lists
-        the others); workers forked from now on get them from _make_worker."""
-        self.config = config
-        self.lease_ms = int(config.lease_timeout * 1000)
-        for part in (self.heartbeat, self.children):
-            part.reconfigure(config)
-        self.scheduler.config = self.exits.config = config
-        self.periodic = Periodic(self.r, self.keys, config)  # (new schedules; synced at once)
-        self.periodic.chain = self.app.client
-        self.waker.horizon = config.fetch_timeout
-        logging.getLogger("queued").setLevel(config.log_level)
-        self.next_beat = 0.0  # a new tag or labels show at once
-
-    def reopen_logs(self, why: str = "USR2") -> None:
-        """Reopen ``logfile:`` (logrotate moved it away), here and in every worker."""
-        logsetup.reopen()
-        log.info("%s: log file reopened; asking the workers to do the same", why)
-        self._signal_workers(signal.SIGUSR2)
-
-    def dump(self, why: str = "TTIN") -> None:
-        """Log the master's stack and each worker's job and runtime, then ask each worker for
-        its Python stack (one labelled record each, in slot order: one at a time, DUMP_GAP
-        apart, so nothing interleaves)."""
-        stacks = "\n".join(f"Thread {t.name}:\n" + "".join(
-            traceback.format_stack(sys._current_frames()[t.ident])).rstrip()
-            for t in threading.enumerate() if t.ident in sys._current_frames())
-        log.info("TTIN master pid=%d (%s); stack:\n%s", os.getpid(), why, stacks)
-        for rec in sorted(self.workers.values(), key=lambda w: w.slot):
-            busy = [v for v in self.table.slot_views(rec.slot) if v.busy]
-            for v in busy:
-                log.info("TTIN worker %d%s pid=%d running %s jid=%s queue=%s for %.1fs",
-                         rec.slot, f" lane {v.record}" if v.record else "", rec.pid,
-                         v.job_class, v.jid, v.queue, time.monotonic() - v.started)
-            if not busy:
-                log.info("TTIN worker %d pid=%d idle", rec.slot, rec.pid)
-            if rec.pid not in self.dumps:
-                self.dumps.append(rec.pid)
-
-    def _resign(self) -> None:
-        try:
-            self.scheduler.resign()
-        except (redis.RedisError, OSError):
-            pass
-
     # --- workers -----------------------------------------------------------------------------
     @property
     def workers(self) -> dict:
@@ -470,100 +289,3 @@ class Master:
     def _mind_embedded(self) -> None:
         if self.embedded is not None:
             self.embedded.restart_if_dead()
-
-    # --- timers ------------------------------------------------------------------------------
-    def _timers(self) -> None:
-        now = time.monotonic()
-        self.notify.tick(now)
-        if self.dumps and now >= self.next_dump:
-            pid = self.dumps.pop(0)
-            if pid in self.workers:
-                self.children.kill(pid, signal.SIGTTIN)
-                self.next_dump = now + DUMP_GAP
-        if self.state == RUNNING:
-            try:
-                self.periodic.tick()
-            except (redis.RedisError, OSError) as e:  # see _redis_error
-                self._redis_error("push periodic jobs", e)
-                self.periodic.backoff()
-            try:
-                self.scheduler.tick(now)
-            except (redis.RedisError, OSError) as e:  # see _redis_error
-                self._redis_error("poll the schedule", e)
-                self.scheduler.next_poll = now + 1.0
-        if now >= self.next_beat:
-            self.next_beat = now + self.config.heartbeat_interval
-            self._beat()
-
-    def _show_title(self, state: str | None = None) -> None:
-        """The master's process title, from the slot table: on every turn of the loop (it
-        lagged the workers by up to a heartbeat), set only when its text changes; systemd's
-        STATUS= says the same."""
-        busy = self.table.busy_count()
-        if state is None:
-            state = self._state_text()
-        text = titles.master_title(self.config.tag, busy, self.config.jobs_at_once, state)
-        if text != self.shown_title:
-            self.shown_title = text
-            titles.set_title(text)
-            self.notify.status(self._status(busy, state))
-
-    def _status(self, busy: int | None = None, state: str | None = None) -> str:
-        if busy is None:
-            busy = self.table.busy_count()
-        if state is None:
-            state = self._state_text()
-        return titles.master_status(busy, self.config.jobs_at_once, state)
-
-    def _state_text(self) -> str:
-        if self.state == RUNNING:
-            return self.rollout.progress()
-        return {QUIET: "quiet", STOPPING: "stopping"}[self.state]
-
-    def _announce_ready(self) -> None:
-        """READY=1 for systemd once every worker is up (has written its record), once."""
-        if not self.notify.ready_sent and self.state == RUNNING and self.children.up():
-            self.notify.ready(self._status())
-
-    def _beat(self) -> None:
-        views = self.table.views()
-        try:
-            remote = self.heartbeat.beat(views, self.state != RUNNING, self.lease_ms,
-                                         list(self.workers))
-            if self.heartbeat.lapse:  # frozen or cut off past the lease (heartbeat._lapse)
-                log.warning("%s", self.heartbeat.lapse)
-            if self.state == RUNNING:
-                self.scheduler.elect()
-            self._reap_expired()
-            self.exits.write_held()
-            self.jobmetrics.flush()
-        except (redis.RedisError, OSError) as e:  # see _redis_error
-            self._redis_error("heartbeat", e)
-            return
-        log.debug("heartbeat: %d of %d busy; lease renewed for %gs%s",
-                  sum(1 for v in views if v.busy), self.config.jobs_at_once,
-                  self.config.lease_timeout, "; scheduler leader" if self.scheduler.leader else "")
-        if self.redis_down_since is not None:
-            log.info("Redis is back after %.1fs", time.monotonic() - self.redis_down_since)
-            self.redis_down_since = None
-        self.app.fire("heartbeat")
-        if remote:
-            log.info("remote signal %s received", remote)
-            {"TSTP": self.quiet, "USR1": self.quiet, "TERM": self.stop,
-             "TTIN": self.dump}.get(remote, lambda why: None)(f"remote {remote}")
-
-    def _reap_expired(self) -> None:
-        for identity, moved in recovery.reap_expired(self.r, self.keys):
-            log.warning("master %s stopped renewing its lease; %d of its job(s) put back in "
-                        "their queues", identity, moved)
-
-    def _redis_error(self, what: str, err: Exception) -> None:
-        """Redis unreachable, or refusing commands (NOREPLICAS, MISCONF when its disk is
-        full, READONLY after a failover, OOM): the master's Redis steps retry, logged once.
-        A refusal used to escape the loop and end the master (tests/faults)."""
-        if self.redis_down_since is None:
-            self.redis_down_since = time.monotonic()
-            what_happened = ("Redis unreachable" if isinstance(
-                err, (redis.ConnectionError, redis.TimeoutError, OSError))
-                else "Redis refused a command")
-            log.error("%s (%s: %s); retrying with backoff", what_happened, what, err)

@@ -26,7 +26,7 @@ from .. import ops, tracking
 from . import retry
 from .. import payload as codec
 from ..errors import JobFailed, OverLimit, PayloadError, UnknownJobClass
-from .fetch import GONE, REFUSED, Reservation
+from .reserved import GONE, REFUSED, Reservation
 from .guards import Guards
 
 log = logging.getLogger("queued.worker")

@@ -31,7 +31,7 @@ import redis
 
 from .. import payload as codec
 from ..errors import ConfigError
-from ..job import registry
+from ..jobregistry import registry
 from ..keys import Keys
 from ..middleware import client_middleware
 from ..periodic import CRON_FIELD, Schedule, declared, enqueue, message, stamp

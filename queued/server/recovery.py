@@ -33,8 +33,8 @@ from . import retry
 from .. import payload as codec
 from .scripts import FAIL, REQUEUE
 from ..errors import JobTimeout, PayloadError, QueuedError, WorkerKilled
-from .fetch import REFUSED, WRITTEN, Reservation, failure_call, split_member
-from ..job import registry
+from .reserved import REFUSED, WRITTEN, Reservation, failure_call, split_member
+from ..jobregistry import registry
 from ..keys import Keys
 from . import running as running_mod
 from .running import Running

@@ -32,7 +32,7 @@ import time
 from typing import Callable
 
 from ..errors import AppLoadError, ConfigError
-from ..job import registry
+from ..jobregistry import registry
 from ..redisopts import mask_url
 from . import periodic
 from .children import Children

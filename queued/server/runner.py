@@ -32,7 +32,7 @@ from .. import activejob, ops, tracking
 from . import log as logsetup
 from .. import payload as codec
 from ..errors import PayloadError, UnknownJobClass
-from .fetch import Reservation
+from .reserved import Reservation
 from ..job import Job, registry
 from ..middleware import server_middleware
 from .asynclimit import AsyncLimit, recancel_every

@@ -27,7 +27,7 @@ from typing import NamedTuple, Sequence
 import redis
 
 from ..payload import jid_of
-from .fetch import Reservation, split_member
+from .reserved import Reservation, split_member
 from .slots import SlotView, stored_jid
 
 

@@ -140,9 +140,9 @@ class Scheduler:
         """(action, payload, queue) for one due member: see enqueue_due.lua's actions."""
         try:
             msg = codec.loads(member)
-            queue = msg.get("queue") or "default"
-            if not isinstance(queue, str):
-                raise PayloadError(f'"queue" is {type(queue).__name__}, not a string')
+            queue = codec.queue_of(msg)  # ("" or null: no queue, never "default": F4 #3)
+            if queue is None:
+                raise PayloadError(codec.no_queue(msg))
             if len(self.chain):
                 return self._through_middleware(member, msg, queue, now)
             return "push", _with_enqueued_at(member, msg, time.time()), queue

@@ -1,9 +1,9 @@
 """The Redis side of job ends in a worker of many jobs at once, safe from any of its threads.
 
-A worker of one job at a time ends its jobs on its one pipelined connection (fetch.py: acks
-ride with the next reserve call, task marks are sent ahead, replies read later). That
-connection is not thread-safe, and in a worker of many jobs it belongs to the dispatcher
-(dispatch.py), which reserves. So the job threads and the event loop end their jobs here:
+A worker of one job at a time ends its jobs on its one pipelined connection (fetch.py,
+sentahead.py: acks ride with the next reserve call, task marks are sent ahead, replies read
+later). That connection is not thread-safe, and in a worker of many jobs it belongs to the
+dispatcher (dispatch.py), which reserves. So the job threads and the event loop end their jobs here:
 - an ack is queued (``acks``, a deque: appends and pops are atomic) and goes out with the
   dispatcher's next reserve call, as before, or at once if it reserves nothing now
   (``Dispatcher._flush``): the batching that makes a short job cheap is kept;
@@ -24,7 +24,7 @@ import logging
 import redis
 
 from .. import connection
-from .fetch import GONE, Reservation, failure_call
+from .reserved import GONE, Reservation, failure_call
 from .scripts import FAIL
 
 log = logging.getLogger("queued.fetch")

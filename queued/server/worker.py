@@ -2,28 +2,20 @@
 
 With ``threads: 1`` (the default) one job at a time, in the main thread, under SIGALRM, as
 below. With ``threads`` > 1 the main thread is a dispatcher (dispatch.py) handing jobs to the
-process's job threads and event loop (pool.py); this module keeps the process's setup and its
-signals for both. The worker tells its master what it is doing through the shared slot table,
-never through Redis. It owns no signal except its own: TERM means "finish the jobs in hand,
-then exit 0"; TTIN writes its Python stacks (every thread's, and the event loop's tasks) to
-the log (the master's TTIN asks each worker in turn); USR2 reopens the log file (logrotate).
-INT, TSTP and USR1 belong to the master (a Ctrl-C or Ctrl-Z in the terminal reaches the whole
-process group).
+process's job threads and event loop (pool.py); this module keeps the process's setup for
+both, and workersignals.py its signals (TERM: finish the jobs in hand, then exit 0; TTIN: its
+stacks to the log; USR2: reopen the log file). The worker tells its master what it is doing
+through the shared slot table, never through Redis.
 
 Whatever the worker holds when it exits, for any reason, is put back by the master.
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import queue
 import random
-import signal
-import sys
-import threading
 import time
-import traceback
 
 import redis
 
@@ -31,11 +23,13 @@ from . import log as logsetup
 from .. import client, events
 from ..groups import Group
 from . import titles
-from .fetch import Fetcher, Reservation
+from .fetch import Fetcher
+from .reserved import Reservation
 from .recycle import Recycler
 from .outcomes import BACKOFF_MAX, BACKOFF_START, LOG_INTERVAL
 from .runner import Runner, single_lane
 from .slots import Notes, SlotWriter, Watch
+from .workersignals import WorkerSignals, _Wake
 
 log = logging.getLogger("queued.worker")
 
@@ -56,8 +50,6 @@ ACK_AFTER = 0.02
 #: Seconds a worker waits before asking again while its master is not registered.
 UNREGISTERED_NAP = 0.25
 
-_PR_SET_PDEATHSIG = 1
-
 
 def note_labels(config) -> list:
     """The conditions the workers of one master log once per interval between them."""
@@ -65,11 +57,7 @@ def note_labels(config) -> list:
             "unregistered", "rss at start"]
 
 
-class _Wake(BaseException):
-    """Raised by the TERM and USR2 handlers only while blocked in Redis, to stop waiting."""
-
-
-class Worker:
+class Worker(WorkerSignals):
     """Built in the master before fork; ``run`` is the child's whole life."""
 
     def __init__(self, config, keys, identity: str, slot: int, table, master_pid: int,
@@ -129,16 +117,7 @@ class Worker:
         os._exit(code)
 
     def _init_process(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTSTP, signal.SIGUSR1, signal.SIGHUP,
-                    signal.SIGQUIT):
-            signal.signal(sig, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGTTIN, self._on_dump)
-        signal.signal(signal.SIGUSR2, self._on_reopen)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        self._die_with_master()
+        self._install_signals()
         random.seed()
         logsetup.retag(f"w{self.slot}")
         threaded = self.threads > 1
@@ -176,55 +155,6 @@ class Worker:
         if not threaded:
             events.fire("thread_start")
         self._announce_idle()  # wakes the master: this worker is up (systemd's READY waits)
-
-    def _die_with_master(self) -> None:
-        """Ask Linux to SIGKILL this worker when the master dies. It was a TERM, on which a
-        worker finishes its job: but once the dead master's lease expires another master puts
-        that job back and runs it, so a job longer than the lease ran twice at the same time.
-        Killed at once, it runs again after the lease, once (at-least-once)."""
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
-        if os.getppid() != self.master_pid:
-            self.stopping = True
-
-    def _on_term(self, signum, frame):
-        self.stopping = True
-        self._wake()
-
-    def _on_reopen(self, signum, frame):
-        self.reopen_logs = True  # done by the loop: reopening takes the handler's lock
-        self._wake()
-
-    def _wake(self) -> None:
-        if self.inbox is not None:  # the dispatcher waits there (SimpleQueue.put: reentrant)
-            self.inbox.put(("wake",))
-        if self.blocking:
-            self.blocking = False
-            raise _Wake()
-
-    def _on_dump(self, signum, frame):
-        """TTIN (the master asks each worker in turn): this process's Python stacks, every
-        thread's, as one record in the log, labelled. Written in one write, without logging's
-        lock, which the interrupted main thread may hold."""
-        now = time.monotonic()
-        doing = [f"{'' if v.record == 0 else f'lane {v.record} '}running {v.job_class} "
-                 f"jid={v.jid} queue={v.queue} for {now - v.started:.1f}s"
-                 for v in self.table.slot_views(self.slot) if v.busy]
-        if self.dispatcher is not None:
-            stacks = [f"Thread {threading.main_thread().name} (dispatcher):\n"
-                      + "".join(traceback.format_stack(frame)).rstrip(),
-                      self.dispatcher.pool.describe()]
-        else:
-            names = {t.ident: t.name for t in threading.enumerate()}
-            stacks = []
-            for ident, top in sys._current_frames().items():
-                here = frame if ident == threading.main_thread().ident else top
-                stacks.append(f"Thread {names.get(ident, ident)}:\n"
-                              + "".join(traceback.format_stack(here)).rstrip())
-        logsetup.write_record("INFO", log.name, f"TTIN worker {self.slot} pid={os.getpid()} "
-                              f"{'; '.join(doing) or 'idle'}; stack:\n" + "\n".join(stacks))
 
     # --- the loop ----------------------------------------------------------------------------
     def _loop(self) -> None:

@@ -39,7 +39,8 @@ pushes. docs/testing.md has the whole story and the pytest fixtures
 from __future__ import annotations
 
 from .modes import disable, fake, inline, mode
-from .store import clear_all, dead, drain_all, expired, jobs, tick
+from .drain import drain_all
+from .store import clear_all, dead, expired, jobs, tick
 
 __all__ = ["fake", "inline", "disable", "mode", "jobs", "drain_all", "clear_all", "dead",
            "expired", "tick"]

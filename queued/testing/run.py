@@ -18,8 +18,9 @@ from typing import Any
 
 from .. import activejob, expiry, ops, tracking
 from ..errors import JobFailed, UnknownJobClass
-from ..job import registry
+from ..jobregistry import registry
 from ..middleware import server_middleware
+from . import store, tasks
 
 log = logging.getLogger("queued.testing")
 
@@ -29,7 +30,6 @@ _loop_lock = threading.Lock()
 
 def perform(msg: dict) -> bool:
     """Run one job; False when it was past its expires_at (not run)."""
-    from . import store, tasks  # (both import this module)
     name, args, kwargs = msg["class"], msg.get("args") or [], {}
     if activejob.is_wrapped(msg):
         name, (args, kwargs) = activejob.job_name(msg), activejob.arguments(msg)
@@ -72,7 +72,6 @@ def perform(msg: dict) -> bool:
 
 def _expired(msg: dict, cls: Any, task_id: str | None, jid: str) -> bool:
     """A job past its deadline, dropped as a worker drops it (server/guards.py: expire)."""
-    from . import store, tasks
     now = time.time()
     at = expiry.expired(msg, now)
     if at is None:

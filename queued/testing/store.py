@@ -1,5 +1,6 @@
 """Fake mode's jobs: one list per job class name, in push order (``HardWorker.jobs`` is the
-live list), the buried jobs (``dead``), and draining them through run.py.
+live list), the buried jobs (``dead``), the expired ones, and which job a drain takes next.
+Draining them through run.py is drain.py's (run.py puts a released or buried job back here).
 """
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from .. import client as _client
 from ..periodic import declared as _declared
 from ..periodic import message as _message
 from ..periodic import stamp as _stamp
-from ..job import registry
+from ..jobregistry import registry
 from ..payload import dumps, new_jid
-from . import run
+from . import tasks
 
 _lock = threading.RLock()
 #: Job class name -> its pushed payloads (dicts), oldest first.
@@ -39,6 +40,12 @@ def add_expired(msg: dict) -> None:
         expired.append(msg)
 
 
+def class_names() -> list[str]:
+    """The class names a list is kept for (a push or a look at ``.jobs`` made it), oldest
+    first."""
+    return list(_jobs)
+
+
 def jobs(queue: str | None = None) -> list[dict]:
     """Every job fake mode holds (of one queue, if given), class by class."""
     with _lock:
@@ -53,7 +60,6 @@ def clear(name: str) -> None:
 
 def clear_all() -> None:
     """Forget every job, buried job and task held in memory."""
-    from . import tasks  # (tasks.py imports this module)
     with _lock:
         for listed in _jobs.values():
             listed.clear()
@@ -62,33 +68,7 @@ def clear_all() -> None:
     tasks.clear_all()
 
 
-def drain(name: str, until: float | None = None) -> int:
-    """Run one class's jobs in order, those pushed meanwhile too, until none is left (with
-    ``until``: none due by then); the number run. A job's exception is raised as it is (the
-    job is off the list already). A job that released itself is not run again by this drain.
-    A job past its ``expires_at`` is not run (nor counted): it goes to ``expired``."""
-    return _drain(lambda: [name], until)
-
-
-def drain_all(until: float | None = None) -> int:
-    """Run every class's jobs, in the order they were pushed, those pushed meanwhile too,
-    until none is left (with ``until``: none due by then); the number run."""
-    return _drain(lambda: list(_jobs), until)
-
-
-def _drain(names, until: float | None) -> int:
-    ran: set = set()
-    count = 0
-    while True:
-        msg = _take(names(), until, ran)
-        if msg is None:
-            return count
-        ran.add(msg["jid"])
-        if run.perform(msg):
-            count += 1
-
-
-def _take(names: list[str], until: float | None, ran: set) -> dict | None:
+def take(names: list[str], until: float | None, ran: set) -> dict | None:
     """Take the job pushed first (by created_at; list order within a class) among the first
     due one (by ``until``, if given) not run by this drain yet of each class, as a worker
     gets it: a scheduled one without ``at``, enqueued now."""

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import re
 import time
 from typing import Any
 
 from markupsafe import Markup
 
-from ..ctltext import UNSAFE, escape_char
 from ..ctltext import name as ctl_name
+from ..ctltext import as_json_text, name_pieces, plain_name, shown_json, text_pieces
 
 #: A code point UTF-8 cannot encode: a surrogate.
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -102,13 +101,15 @@ def duration(seconds: float | None) -> str:
 # --- values ---------------------------------------------------------------------------------
 
 def compact(value: Any, limit: int = 200) -> str:
-    """Arguments on one line, cut at ``limit`` characters (the page escapes them)."""
-    text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
+    """Arguments on one line, cut at ``limit`` characters (the page escapes them), what shows
+    as nothing or as another character written as its JSON escape (ctltext.shown_json: the
+    text the argument search matches)."""
+    text = shown_json(value)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def pretty(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str, indent=2, sort_keys=True)
+    return shown_json(value, (",", ": "), indent=2, sort_keys=True)
 
 
 def number(n: Any) -> str:
@@ -120,44 +121,74 @@ def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (words or word + 's')}"
 
 
-def marked(name: str) -> str | Markup:
+def marked(name: Any) -> str | Markup:
     """A name as queuedctl shows it (ctltext.name): as it is when nothing else can look the
-    same; else in double quotes, each character a page would not show (a newline, a tab, a NUL,
-    a bidi override, a byte that is not UTF-8) escaped and marked, so ``critical``,
-    ``"critical\\n"`` and ``"critical "`` read differently (red team RT4, finding 3: all
-    three read "critical", ``nul\\0byte`` read as ``nul\ufffdbyte``). The empty name is
-    left empty (the pages label it: ``shown``, "(empty name)")."""
+    same; else in double quotes, each character a page would not show, or would show as
+    another (a newline, a tab, a NUL, a zero-width space, a bidi override, a no-break space, a
+    byte that is not UTF-8), escaped and marked, so ``critical``, ``"critical\\n"`` and
+    ``"critical "`` read differently (red team RT4, finding 3: all three read "critical",
+    ``nul\\0byte`` read as ``nul\ufffdbyte``). The empty name reads ``""``, as in queuedctl."""
     text = str(name)
-    if not text or ctl_name(text) == text:
+    if plain_name(text):
         return text
-    parts: list = ['"']
-    last = ""
-    for c in text:
-        if c in '\\"':
-            parts.append("\\" + c)
-        elif c == " " and last == " ":
-            parts.append(_escaped("\\x20", "a second space"))
-        elif UNSAFE.match(c):
-            parts.append(_escaped(escape_char(c), "a byte that is not UTF-8"
-                                  if 0xDC80 <= ord(c) <= 0xDCFF else "a character shown escaped"))
-        else:
-            parts.append(c)
-        last = c
-    parts.append('"')
-    return Markup("").join(parts)
+    if not text:
+        return Markup('<span class="noname" title="the empty name">""</span>')
+    return Markup("").join(['"', *_spans(name_pieces(text)), '"'])
 
 
-def _escaped(text: str, why: str) -> Markup:
-    cls = "byte" if why.startswith("a byte") else "esc"
-    return Markup('<span class="%s" title="%s">%s</span>') % (cls, why, text)
+def visible_text(text: Any) -> str | Markup:
+    """Free text (a backtrace line) as it is, but each character that shows as nothing or as
+    another escaped and marked (ctltext.text_pieces)."""
+    text = str(text)
+    if plain_name(text.strip()):
+        return text
+    return Markup("").join(_spans(text_pieces(text)))
+
+
+def _spans(pieces) -> list:
+    return [Markup('<span class="%s" title="%s">%s</span>') % (
+        "byte" if why == "byte" else "esc", WHY[why], piece) if why else piece
+        for piece, why in pieces]
+
+
+#: The title of an escape (what hovering it says).
+WHY = {"byte": "a byte that is not UTF-8", "space": "a second space",
+       "char": "a character shown escaped"}
+
+
+def marked_cut(text: Any, limit: int = 160) -> str | Markup:
+    """Free text from a job (an error message) in a cell: ``marked`` (a message that would
+    read as another is quoted, its hidden characters escaped, as the search box takes it),
+    cut at ``limit`` characters with an ellipsis outside the quotes."""
+    text = str(text)
+    if len(text) <= limit:
+        return marked(text)
+    return Markup("%s…") % marked(text[:limit - 1])
 
 
 def shown(name: str) -> str | Markup:
-    """A name as a link's text: the empty one says so (a link with no text cannot be seen or
-    clicked); any other as ``marked`` (a blank one quoted)."""
-    if not name:
-        return Markup('<em class="noname">(empty name)</em>')
+    """A name as a link's text (``marked``: the empty one reads ``""``, a link that can be
+    seen and clicked)."""
     return marked(name)
+
+
+def named(name: Any) -> str:
+    """A name as plain text, where markup cannot go (a page's title, an attribute)."""
+    return ctl_name(str(name))
+
+
+def typed(raw: Any) -> str:
+    """A search box's value: what it looks for (render.search_text) as the page shows a name,
+    so the box holds no character a browser would change and searches the same again."""
+    from .render import search_text  # (render imports this module)
+    looked_for = search_text(str(raw))
+    return ctl_name(looked_for) if looked_for else ""
+
+
+def typed_json(raw: Any) -> str:
+    """The argument box's value: the text with each character JSON writes escaped as that
+    escape (ctltext.as_json_text: what it matches in the arguments' JSON)."""
+    return as_json_text(str(raw).strip())
 
 
 def in_question(name: str) -> str:
@@ -178,5 +209,7 @@ def member_id(raw: bytes) -> str:
 
 FILTERS = {"ago": ago, "duration": duration, "utc": utc, "utc_text": utc_text, "iso": iso,
            "compact": compact, "pretty": pretty, "number": number, "plural": plural,
-           "shown": shown, "marked": marked, "visible": visible, "raw_text": raw_text,
+           "shown": shown, "marked": marked, "marked_cut": marked_cut, "named": named,
+           "visible_text": visible_text, "typed": typed, "typed_json": typed_json,
+           "visible": visible, "raw_text": raw_text,
            "member_id": member_id, "in_question": in_question}

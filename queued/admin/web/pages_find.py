@@ -10,7 +10,7 @@ from starlette.routing import Route
 
 from ..find import locate
 from .paging import PAGE_SIZE
-from .render import query_text, render, web_of
+from .render import query_text, render, search_text, web_of
 
 #: A place's set, by the URL of its page.
 SLUGS = {"schedule": "scheduled", "retry": "retries", "dead": "dead"}
@@ -18,7 +18,7 @@ SLUGS = {"schedule": "scheduled", "retry": "retries", "dead": "dead"}
 
 def find(request: Request):
     web = web_of(request)
-    jid = query_text(request.query_params, "jid").strip()
+    jid = search_text(query_text(request.query_params, "jid"))
     places = locate(web.admin, jid) if jid else []
     job = next((p.entry for p in places if p.entry is not None and p.entry.msg), None)
     return render(request, "find.html", {"jid": jid, "places": places, "job": job,

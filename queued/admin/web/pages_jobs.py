@@ -26,11 +26,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ..entries import Entry, Filter
-from ..jobsets import JobSet
+from ..jobsets import JobSet, Unmovable
 from ..snapshot import Gone
 from .filters import member_id as digest, plural
 from .paging import CURSOR_MAX, int_param, page_size, pager
-from .render import act, counted_of, path_param, query_text, render, web_of
+from .render import act, counted_of, path_param, query_text, render, search_text, web_of
 
 #: URL -> (the JobSet's name, the title). Sidekiq's Web UI calls dead the morgue.
 SETS = {"scheduled": ("schedule", "Scheduled"), "retries": ("retry", "Retries"),
@@ -52,7 +52,11 @@ def _jobset(request: Request) -> tuple[str, JobSet, str]:
 
 
 def filter_of(values) -> Filter:
-    return Filter.of(**{arg: (query_text(values, param).strip() or None)
+    """The search a query (or a form) asks for. Class, queue, error and task: the text typed,
+    or the name it shows in double quotes (render.search_text); arguments: text in their JSON,
+    as typed (a raw NUL matched as the ``\\u0000`` JSON writes: entries.Filter)."""
+    return Filter.of(**{arg: ((query_text(values, param).strip() if param == "arg" else
+                               search_text(query_text(values, param))) or None)
                         for param, arg in FILTERS.items()})
 
 
@@ -146,40 +150,60 @@ ACTIONS = ("retry", "delete", "kill")
 
 
 async def action(request: Request):
-    slug, js, _title = _jobset(request)
+    slug, js, title = _jobset(request)
 
     def work(web, form) -> str:
         what = str(form.get("action", ""))
         if what not in ACTIONS or (what == "kill" and js.name == "dead"):
             return f"unknown action {what!r}"
+        left: list[Unmovable] = []
         if form.get("scope") == "all":
             where = filter_of({p: query_text(form, "f_" + p) for p in FILTERS})
             if form.get("snapshot"):
-                return _on_counted(js, what, where, form)
-            n = getattr(js, f"{what}_all")(where)
+                return _on_counted(js, what, where, form, left) + _left_text(left, title)
+            n = _all(js, what, where, left=left)
             return f"{_past(what)} {plural(n, 'job')}" + (
-                " (every match)" if where else " (the whole set)")
+                " (every match)" if where else " (the whole set)") + _left_text(left, title)
         done = gone = 0
         for key in form.getlist("job"):
             score, _, member = str(key).partition("|")
             entry = _find(js, score, member=member)
-            if entry is not None and getattr(js, what)(entry):
-                done += 1
-            else:
-                gone += 1
+            try:
+                acted = entry is not None and getattr(js, what)(entry)
+            except Unmovable as e:
+                left.append(e)
+                continue
+            done, gone = (done + 1, gone) if acted else (done, gone + 1)
         text = f"{_past(what)} {plural(done, 'job')}"
-        return text + (f"; {gone} no longer there" if gone else "")
+        return text + (f"; {gone} no longer there" if gone else "") + _left_text(left, title)
     return await act(request, work, "jobset", set=slug)
 
 
-def _on_counted(js: JobSet, what: str, where: Filter, form) -> str:
+def _all(js: JobSet, what: str, where: Filter, **kw) -> int:
+    """``retry_all``/``delete_all``/``kill_all``; a retry's jobs left where they are go in
+    ``left``."""
+    if what != "retry":
+        kw.pop("left", None)
+    return getattr(js, f"{what}_all")(where, **kw)
+
+
+def _left_text(left: list[Unmovable], title: str) -> str:
+    """What a retry left where it was, and why (F4 #3: ``; 1 left in Dead: its payload names
+    no queue ...``), grouped by why."""
+    kinds: dict[str, int] = {}
+    for e in left:
+        kinds[e.kind] = kinds.get(e.kind, 0) + 1
+    return "".join(f"; {n:,} left in {title}: {kind}" for kind, n in kinds.items())
+
+
+def _on_counted(js: JobSet, what: str, where: Filter, form, left: list) -> str:
     """Act on the jobs of the copy the question counted (its token in the form)."""
     try:
         snap = js.resume(str(form.get("snapshot")), where)
     except Gone as e:
         return f"nothing done: {e}; ask again"
     with snap:
-        n = getattr(js, f"{what}_all")(where, snapshot=snap)
+        n = _all(js, what, where, snapshot=snap, left=left)
     return (f"{_past(what)} {plural(n, 'job')} of the {counted_of(form)} counted when asked "
             f"({'every match' if where else 'the whole set'} then; any since are left)")
 

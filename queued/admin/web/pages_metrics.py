@@ -8,7 +8,8 @@ from starlette.routing import Route
 
 from ..metrics import LABELS, MINUTE_TTL_HOURS, parse_period
 from . import charts
-from .render import path_param, render, web_of
+from .filters import named
+from .render import path_param, render, search_text, web_of
 
 PERIODS = (1, 2, 4, 8, 24, 48, 72)
 
@@ -16,10 +17,10 @@ PERIODS = (1, 2, 4, 8, 24, 48, 72)
 def job_metrics(request: Request):
     web = web_of(request)
     hours = parse_period(request.query_params.get("period"))
-    substr = request.query_params.get("substr", "").strip()
+    substr = search_text(request.query_params.get("substr", ""))
     period = web.metrics.top(hours, substr=substr or None)
     return render(request, "job_metrics.html", {"period": period, "hours": hours,
-                                                "periods": PERIODS, "substr": substr})
+                                                "periods": PERIODS, "substr": named(substr) if substr else ""})
 
 
 def job_class(request: Request):

@@ -21,7 +21,7 @@ from ..queues import Queue
 from ..snapshot import Gone
 from .filters import member_id, plural
 from .paging import pager
-from .render import act, counted_of, path_param, query_text, render, web_of
+from .render import act, counted_of, path_param, query_text, render, search_text, web_of
 
 #: What each action on a queue's jobs does, and how its message says it.
 JOB_ACTIONS = {"delete": ("delete", "deleted {}"),
@@ -30,13 +30,14 @@ JOB_ACTIONS = {"delete": ("delete", "deleted {}"),
 
 def queues(request: Request):
     web = web_of(request)
-    find = query_text(request.query_params, "q").strip()
+    find = search_text(query_text(request.query_params, "q"))
     summaries = web.admin.queue_summaries()
     if find:
         summaries = [q for q in summaries if find.lower() in q.name.lower()]
     page = pager(request, len(summaries))
     return render(request, "queues.html", {
-        "queues": summaries[page.offset:page.offset + page.size], "pager": page, "q": find,
+        "queues": summaries[page.offset:page.offset + page.size], "pager": page,
+        "q": ctl_name(find) if find else "",  # (as typed: search_text reads it back)
         "total_size": sum(q.size for q in summaries)})
 
 

@@ -26,6 +26,7 @@ from ...client import Client
 from ...keys import Keys
 from ..api import Admin
 from ..metrics import MetricsReader
+from ..ctltext import read_name
 from ..names import is_exact
 from .filters import FILTERS, finalize
 from .flash import Flash
@@ -34,7 +35,8 @@ from .paging import PAGE_SIZE, SIZES, Pager, int_param, pager
 from .security import FIELD, Csrf
 
 #: (PAGE_SIZE, Pager, int_param, pager too: pages written before paging.py import them here)
-__all__ = ["Web", "web_of", "templates", "path_for", "path_param", "query_text", "form_text",
+__all__ = ["Web", "web_of", "templates", "path_for", "path_param", "query_text", "search_text",
+           "form_text",
            "form_texts", "counted_of", "render", "act", "PAGE_SIZE", "Pager", "int_param", "pager"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -132,6 +134,16 @@ def query_text(values: Any, name: str, default: str = "") -> str:
         if exact is not None:
             return exact
     return str(values.get(name, default))
+
+
+def search_text(raw: str) -> str:
+    """What a search box's text looks for: the text without blanks at its ends, or, when it
+    is a name as the page shows one in double quotes (``"y\\x00z"``, ``"critical "``), that
+    name (ctltext.read_name): a NUL, a newline or a trailing blank cannot be typed, nor sent
+    by a browser as they are (a NUL comes back as U+FFFD), but what the page shows can."""
+    text = raw.strip()
+    name = read_name(text)
+    return text if name is None else name
 
 
 def form_text(form: FormData, field: str) -> str:
