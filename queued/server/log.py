@@ -19,11 +19,12 @@ out together in one write: in a worker of one job at a time, once LINES_DUE seco
 passed since the first line held (looked at after each batch), or MAX_PENDING lines are held,
 or the worker is about to wait (an idle worker, an outage, its exit), or sends the acks of a
 batch's finished jobs (before a job that may run long, and every 20 ms in a long batch), or
-any other line is logged (so the order holds); in a worker of many jobs at once, before the dispatcher
-waits. A write is a system call and wakes whoever reads the log (journald, a pipe): one per
-job cost ~10 % of a no-op job's throughput by itself, and one per batch of 8 jobs still cost
-~2 us of system time per job (issue 18). It does so only while queued's own handler is the
-one in place; with any other logging setup it goes through ``logging`` like every other line.
+any other line is logged (so the order holds); in a worker of many jobs at once, before the
+dispatcher waits. A write is a system call and wakes whoever reads the log (journald, a
+pipe): one per job cost ~10 % of a no-op job's throughput by itself. So a kill -9 loses the
+done lines of at most the last 0.1 s of jobs (or the 20 ms before a job that ran long). It
+does so only while queued's own handler is the one in place; with any other logging setup it
+goes through ``logging`` like every other line.
 
 ``log_format: json`` writes one JSON object per line instead, for log shippers: ``time``,
 ``level``, ``logger``, ``pid``, ``tid``, ``slot`` (null in the master), and while a job runs its
