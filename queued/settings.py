@@ -104,7 +104,7 @@ class Config:
     timeout_grace: float = _s(5.0, seconds(0),
                               "Seconds past a job's timeout before the master kills its worker.")
     lease_timeout: float = _s(30.0, seconds(2), "Seconds a reservation lives without renewal.")
-    prefetch: int = _s(8, integer(1),
+    prefetch: int = _s(32, integer(1),
                        "Most jobs a worker reserves in one round trip while jobs are short.")
     max_payload_bytes: int = _s(64 * 2**20, integer(1),
                                 "Largest job payload a worker runs; larger ones go to dead.")

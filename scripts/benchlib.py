@@ -122,6 +122,20 @@ class CatSink:
         return lines
 
 
+class FileSink:
+    """A daemon's stderr to a file (logfile-like: no reader process), its lines counted once
+    the daemon exited. Used as LogSink is: ``child``, then ``close()``."""
+
+    def __init__(self):
+        self.child = tempfile.TemporaryFile()
+
+    def close(self) -> int:
+        self.child.seek(0)
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: self.child.read(1 << 16), b""))
+        self.child.close()
+        return lines
+
+
 def redis_cpu(r) -> float:
     """Seconds of CPU the Redis server has used (INFO cpu: used_cpu_sys + used_cpu_user)."""
     info = r.info("cpu")

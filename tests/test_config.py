@@ -221,7 +221,7 @@ def test_cli_over_file_over_defaults(write):
     assert cfg.require == ("a", "b")
     assert cfg.verbose is True and cfg.log_level == "DEBUG"  # -v absent: file value kept
     assert cfg.max_retries == 7
-    assert cfg.prefetch == 8
+    assert cfg.prefetch == 32
     assert load("-C", path).require == ("app.py",)
 
 
@@ -491,7 +491,7 @@ def test_describe_covers_every_setting():
     rows = config.describe()
     assert [name for name, _, _ in rows] == [f.name for f in dataclasses.fields(Config)]
     assert all(help_text for _, _, help_text in rows)
-    assert ("prefetch", 8, config.SETTINGS["prefetch"].help) in rows
+    assert ("prefetch", 32, config.SETTINGS["prefetch"].help) in rows
 
 
 def test_parser_flags():

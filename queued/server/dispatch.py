@@ -155,7 +155,9 @@ class Dispatcher:
         if jobs:
             self._start(jobs, now)
             return
-        if not self.blocker.blocking:
+        if not self.blocker.blocking and not self.ahead.count():
+            # (not while jobs are held: the lanes have work, and a job the blocker landed
+            # now would wait here too; one put back (EXTRA_HOLD, TERM) would land at once)
             self.landing = self.blocker.order(self.w._idle_queue())
         self._flush()
         self._wait(TICK)
@@ -291,6 +293,12 @@ class Dispatcher:
                     self.pool.taking = False
         elif what == "unblocked" and item[2]:
             self.landing = item[1]
+            if self.w.stopping:
+                # Told to stop while the blocker waited: the job it landed goes back to the
+                # head of its queue now, for another worker (a new daemon in a deploy), not
+                # when this one has finished its running jobs and exits. (_requeue empties
+                # the slot's landing lists, keeping every reservation.)
+                self._requeue(set())
 
     def _take_ends(self) -> None:
         """The acks and task ends the lanes left (sharedends.py), for the next call."""

@@ -49,7 +49,7 @@ class Killer(threading.Thread):
 
 def test_thousands_of_jobs_while_workers_are_sigkilled_every_few_hundred_ms(
         daemon, producer, r):
-    # Given 3000 jobs of 0-9 ms (short ones are prefetched in batches of up to 8, whose acks
+    # Given 3000 jobs of 0-9 ms (short ones are prefetched in batches of up to 32, whose acks
     # are written behind) and a daemon with 3 workers
     jids = faultjobs.Tick.perform_bulk([[i, i % 10] for i in range(JOBS_IN)])
     d = daemon(require=JOBS, concurrency=CONCURRENCY)

@@ -32,7 +32,7 @@ def test_jobs_reserved_behind_a_slow_one_go_to_an_idle_worker(daemon, producer, 
     d = daemon(require=("jobs.py", "jobmods/steady_batches.py"), **shape)
     busy = [jobs.Gate.perform_async("others") for _ in range(2)]
     wait_for(lambda: all(j in counts(r, jobs.RUNS) for j in busy), 10, what="two busy")
-    # When 31 quick jobs (the idle worker's batches grow to 8 over them: 1+2+4+8+8+8), then a
+    # When 31 quick jobs (the idle worker's batches grow over them: 1+2+4+8+16), then a
     # slow one, then 7 quick ones are pushed in one command
     slow = payload(producer, "Gate", "slow")
     quick = [payload(producer, "Record", "after") for _ in range(7)]

@@ -2,14 +2,12 @@
 job's lines with its class and jid, failures with the job's own frames and what happens next,
 kills with their real cause, timeouts with where the job was; the title and reopening the file.
 """
-import os
 import re
 import signal
-import time
 
 import jobs
 
-from harness import title, wait_for
+from harness import counts, title, wait_for
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ tid=(master|w\d+)"
                   r"( class=\S+ jid=\w+( elapsed=[\d.]+)?)? (DEBUG|INFO|WARNING|ERROR) "
@@ -46,6 +44,22 @@ def test_a_jobs_own_lines_carry_its_class_and_jid_and_a_failure_says_what_comes_
     assert frames[0][1] == "perform" and frames[0][0].endswith("jobs.py"), frames
     assert not any("/queued/" in f for f, _ in frames)
     assert d.stop() == 0
+
+
+def test_the_done_lines_held_are_written_before_the_worker_waits_for_more(
+        daemon, producer, r):
+    # Given 40 quick jobs queued before a worker of one job at a time starts (it runs them in
+    # batches, and holds their done lines up to 64 of them, here for as long as it takes:
+    # jobmods/lines_never_due.py)
+    jids = jobs.Record.perform_bulk([[] for _ in range(40)])
+    d = daemon(concurrency=1, require=("jobs.py", "jobmods/lines_never_due.py"))
+    # When it has run them all and waits in Redis for more
+    wait_for(lambda: len(counts(r, jobs.DONE)) == 40, 10, what="every job done")
+    wait_for(lambda: d.blocked_workers(), 10, what="the worker waiting for work")
+    # Then every job's done line is in the log already (none held while it waits)
+    done = re.findall(r" class=Record jid=(\w+) elapsed=[\d.]+ INFO queued.worker: done$",
+                      d.output(), re.M)
+    assert sorted(done) == sorted(jids)
 
 
 def test_a_timeout_is_logged_with_where_the_job_was(daemon, producer, r):

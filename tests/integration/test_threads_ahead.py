@@ -9,7 +9,7 @@ import jobs
 from aheadjobs import ActWhenHeld
 from threadjobs import Held
 
-from harness import counts, wait_for
+from harness import Monitor, counts, wait_for
 from queued import api
 from queued.keys import Keys
 
@@ -62,6 +62,38 @@ def test_jobs_held_ahead_of_busy_lanes_go_back_to_their_queue_and_run_once(daemo
     # would run just after the others)
     assert counts(r, jobs.RUNS) == dict.fromkeys(quick + gated + behind, 1)
     assert r.llen("queue:default") == 0 and r.keys(RESERVED) == []
+
+
+def test_no_blocking_fetch_while_jobs_are_held_ahead(daemon, producer, r, redis_url):
+    # Given 60 quick jobs, 2 that hold their lane until a gate opens and 6 quick ones behind
+    # them, all queued before a process of 2 threads starts (its queue empties only once it
+    # holds jobs ahead of its busy lanes), which always wants more jobs ahead than it holds
+    # (jobmods/many_ahead.py), and Redis's MONITOR on from before it starts
+    monitor = Monitor(redis_url)
+    try:
+        quick = jobs.Record.perform_bulk([[i] for i in range(60)])
+        gated = Held.perform_bulk([["noblock"]] * 2)
+        behind = jobs.Record.perform_bulk([[i] for i in range(6)])
+        d = daemon(concurrency=1, threads=2, require=JOBS + ("jobmods/many_ahead.py",))
+        reserved = Keys().reserved(d.identity(), 0)
+        # When it holds the jobs behind ahead of the gated ones (its next reserve call finds
+        # the queue empty), then puts them back once both lanes stayed busy (EXTRA_HOLD)
+        wait_for(lambda: set(behind) <= _jids_reserved(r, reserved), 10, interval=0.002,
+                 what="the jobs behind the gated ones held ahead")
+        wait_for(lambda: not _jids_reserved(r, reserved) & set(behind), 10, interval=0.01,
+                 what="the held ones gone from the slot")
+        # Then it never waited in Redis for work meanwhile (a BLMOVE waiting then would have
+        # landed a job put back at once, to wait in the worker behind the gated ones), and
+        # the six are all back in their queue, none landed
+        assert [cmd for _, cmd in monitor.sync() if cmd.startswith("BLMOVE ")] == []
+        assert _queue(r) == [(j, {}) for j in reversed(behind)]
+        assert r.keys("queued:landing:*") == []
+        jobs.open_gate(r, "noblock")
+        wait_for(lambda: len(counts(r, jobs.DONE)) == 68, 20, what="every job done")
+        assert counts(r, jobs.RUNS) == dict.fromkeys(quick + gated + behind, 1)
+        assert d.stop() == 0
+    finally:
+        monitor.close()
 
 
 def _queued_before_start(tag: str, steps: list) -> tuple[list, str, str, list]:

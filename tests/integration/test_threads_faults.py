@@ -147,6 +147,42 @@ def test_term_with_25_jobs_in_flight_waits_for_each(daemon, producer, r):
     assert r.llen("queue:default") == 0 and r.keys("queued:reserved:*") == []
 
 
+def _term_taken(pid: int) -> bool:
+    """SIGTERM sent to ``pid`` has been taken by one of its threads (no longer pending for the
+    process): its C handler ran, so the Python one runs before the main thread's next step."""
+    with open(f"/proc/{pid}/status") as f:
+        pending = dict(line.split(":\t") for line in f.read().splitlines() if ":\t" in line)
+    return not int(pending["ShdPnd"], 16) & (1 << (signal.SIGTERM - 1))
+
+
+def test_a_job_that_lands_after_term_goes_back_at_once_not_when_the_worker_exits(
+        daemon, producer, r):
+    # Given one process of 2 threads, one running a job held on a gate, the other free, so
+    # its blocker waits in BLMOVE (for long: fetch_timeout 30 s)
+    d = daemon(concurrency=1, threads=2, fetch_timeout=30, require=JOBS)
+    (worker,) = d.worker_pids()
+    running = Held.perform_async("landed")
+    wait_for(lambda: in_flight(r, [running]), 20, what="the held job running")
+    wait_for(lambda: d.blocked_workers(), 10, what="the blocker waiting in Redis")
+    # When the master gets TERM (its beat says quiet once it has sent the workers theirs, and
+    # the worker has taken it), and a job is pushed while the blocker still waits
+    d.signal(signal.SIGTERM)
+    wait_for(lambda: r.hget(d.identity(), "quiet") == b"true", 10, what="the master stopping")
+    wait_for(lambda: _term_taken(worker), 10, what="the worker's TERM taken")
+    late = jobs.Record.perform_async("late")
+    # Then that job, landed by the blocker, is back at the head of its queue while the held
+    # job still runs (it does not wait there for the worker's exit)
+    wait_for(lambda: [json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)] == [late]
+             and r.keys("queued:landing:*") == [], 10, interval=0.01,
+             what="the landed job back in its queue")
+    assert running not in done(r)
+    # And once the held job ends the daemon exits 0, the late job unrun and still queued
+    jobs.open_gate(r, "landed")
+    assert d.wait(30) == 0
+    assert done(r) == {running: 1} and late not in runs(r)
+    assert [json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)] == [late]
+
+
 def test_term_past_its_deadline_puts_every_running_job_back(daemon, producer, r):
     # Given one process of 25 threads running 25 jobs, and a 1 s shutdown timeout
     d = daemon(concurrency=1, threads=25, shutdown_timeout=1, require=JOBS)

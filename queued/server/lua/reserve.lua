@@ -120,7 +120,7 @@ local adds = {}
 -- floating-point formatting (issue 18): a Lua number made a string is a %.14g sprintf (the
 -- token's #out), and a number passed to ZADD is Redis's %.17g sprintf, then its strtod; that
 -- was ~7k of Redis's ~55k instructions per job, and this saves ~2.5k (docs/benchmarks.md).
--- Places up to 40 come from a literal table (prefetch is 8 by default; 6 come first); ZADD reads
+-- Places up to 40 come from a literal table (prefetch is 32 by default; 6 come first); ZADD reads
 -- the decimal string as the time to the microsecond, so the order is the order taken.
 local sec, usec = tonumber(t[1]), tonumber(t[2])
 local prefix = t[1] .. '.' .. t[2] .. '.'
