@@ -161,35 +161,7 @@ def test_a_batchs_done_lines_wait_for_its_end_and_never_pass_another_line(logfil
     assert got[2] == " WARNING queued.worker: something else" and got[3].endswith(": done")
 
 
-def test_held_done_lines_go_out_once_the_first_has_waited_lines_due(logfile, monkeypatch):
-    # (the clock is the log module's: JobLog stamps and dates its lines with time.time())
-    logfile, ours = logfile
-    ours()
-    now = [1_800_000_000.0]
-    monkeypatch.setattr(logsetup.time, "time", lambda: now[0])
-    joblog = logsetup.JobLog("queued.worker")
-    joblog.bind()
-    joblog.done(("X", "a" * 24, 0.001, "q"))
-    now[0] += logsetup.JobLog.LINES_DUE / 2
-    joblog.done(("X", "b" * 24, 0.001, "q"))
-    now[0] += logsetup.JobLog.LINES_DUE / 2 - 0.001
-    joblog.flush_due()
-    assert logfile.read_text() == ""  # the first line has waited just under LINES_DUE
-    now[0] += 0.001
-    joblog.flush_due()
-    assert [x.split(" INFO ")[0] for x in lines(logfile)] == [
-        f" class=X jid={'a' * 24} elapsed=0.001", f" class=X jid={'b' * 24} elapsed=0.001"]
-    # and the next line held waits LINES_DUE from its own time, not from the first's
-    joblog.done(("X", "c" * 24, 0.001, "q"))
-    now[0] += logsetup.JobLog.LINES_DUE - 0.001
-    joblog.flush_due()
-    assert len(lines(logfile)) == 2
-    now[0] += 0.001
-    joblog.flush_due()
-    assert len(lines(logfile)) == 3
-
-
-def test_held_done_lines_go_out_at_max_pending_whatever_their_age(logfile, monkeypatch):
+def test_held_done_lines_go_out_at_max_pending(logfile, monkeypatch):
     logfile, ours = logfile
     ours()
     monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.0)
@@ -197,7 +169,6 @@ def test_held_done_lines_go_out_at_max_pending_whatever_their_age(logfile, monke
     joblog.bind()
     for i in range(logsetup.JobLog.MAX_PENDING - 1):
         joblog.done(("X", f"{i:024d}", 0.001, "q"))
-    joblog.flush_due()
     assert logfile.read_text() == ""
     joblog.done(("X", "z" * 24, 0.001, "q"))
     assert len(lines(logfile)) == logsetup.JobLog.MAX_PENDING

@@ -15,16 +15,15 @@ The line a worker logs at the end of every job (``job_logging``, on by default a
 is written by ``JobLog`` without the logging module's machinery (a LogRecord, the handler's
 lock, the formatter, a flush per record: ~13 us a line here, a third of a no-op job's cost in
 an outside run): it formats the same text itself, and the lines of a worker's batch of jobs go
-out together in one write: in a worker of one job at a time, once LINES_DUE seconds have
-passed since the first line held (looked at after each batch), or MAX_PENDING lines are held,
-or the worker is about to wait (an idle worker, an outage, its exit), or sends the acks of a
-batch's finished jobs (before a job that may run long, and every 20 ms in a long batch), or
-any other line is logged (so the order holds); in a worker of many jobs at once, before the
-dispatcher waits. A write is a system call and wakes whoever reads the log (journald, a
-pipe): one per job cost ~10 % of a no-op job's throughput by itself. So a kill -9 loses the
-done lines of at most the last 0.1 s of jobs (or the 20 ms before a job that ran long). It
-does so only while queued's own handler is the one in place; with any other logging setup it
-goes through ``logging`` like every other line.
+out together in one write: in a worker of one job at a time when the batch ends, and whenever
+the acks of its finished jobs go out before that (before a job that may run long, and every
+20 ms in a long batch), so a job whose ack has gone out has its line written (a kill -9 loses
+the lines of the jobs it also runs again, no other: RT9); in a worker of many jobs at once,
+before the dispatcher waits; in both, at MAX_PENDING lines, and before any other line (so the
+order holds). A write is a system call and wakes whoever reads the log (journald, a pipe):
+one per job cost ~10 % of a no-op job's throughput by itself. It does so only while queued's
+own handler is the one in place; with any other logging setup it goes through ``logging``
+like every other line.
 
 ``log_format: json`` writes one JSON object per line instead, for log shippers: ``time``,
 ``level``, ``logger``, ``pid``, ``tid``, ``slot`` (null in the master), and while a job runs its
@@ -346,9 +345,6 @@ class JobLog:
 
     #: Lines held at most before they go out anyway (a long batch of short jobs).
     MAX_PENDING = 64
-    #: Seconds the first line held may wait for more before ``flush_due`` writes them: a
-    #: line is late by at most this (and a SIGKILL loses at most this much of them).
-    LINES_DUE = 0.1
 
     def __init__(self, name: str = "queued.worker", locked: bool = False):
         #: Jobs end on several threads at once (threads > 1): the held lines are then
@@ -363,7 +359,6 @@ class JobLog:
         self.pid = os.getpid()
         self.middle = ""      # what follows the time, up to the lane (see bind)
         self._fields = ("", "", "")  # (class, queue, their json text): they repeat
-        self._due = 0.0  # (time.time() by which the lines held go out: flush_due)
 
     def bind(self) -> None:
         """Write directly when queued's own handler is the only one and INFO lines of this
@@ -411,8 +406,6 @@ class JobLog:
         json fields are inlined here: each method call was ~5 % of a line's cost.)"""
         pending = self.handler.pending
         now = time.time()
-        if not pending:
-            self._due = now + self.LINES_DUE
         formatter = self.formatter
         fraction = now - formatter._second
         stamp = (formatter._text + _MILLIS[int(fraction * 1000)] if 0.0 <= fraction < 1.0
@@ -450,13 +443,6 @@ class JobLog:
             text += f',"queue":{_jstr(queue)}'
         self._fields = (job_class, queue, text)
         return self._fields
-
-    def flush_due(self) -> None:
-        """``flush`` once the first line held has waited LINES_DUE (a worker of one job at a
-        time, after each batch: its lines go out every 0.1 s or 64 lines, not every batch)."""
-        handler = self.handler
-        if handler is not None and handler.pending and time.time() >= self._due:
-            self._flush(handler)
 
     def flush(self) -> None:
         """Write the lines held (one write). On an error logging takes over from now on."""

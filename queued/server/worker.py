@@ -205,7 +205,6 @@ class Worker(WorkerSignals):
             self._wait_for_registration()
             return
         if not jobs:
-            self.joblog.flush()  # (the lines held, before a wait of any length)
             self.batch = 1
             self.writer.tick()
             self.title.idle()
@@ -244,7 +243,7 @@ class Worker(WorkerSignals):
             else:
                 self._process_and_count(res, held)
             done += 1
-        self.joblog.flush_due()  # the done lines held, in one write when due (log.py)
+        self.joblog.flush()  # the batch's done lines, in one write (log.py)
         self._adapt(len(jobs), done, time.monotonic() - started)
 
     def _process_and_count(self, res: Reservation, held: int) -> None:
@@ -315,7 +314,6 @@ class Worker(WorkerSignals):
                         "registers it again")
         self.batch = 1
         self.writer.tick()
-        self.joblog.flush()
         time.sleep(UNREGISTERED_NAP)
 
     def queue_index(self, name: str) -> int:

@@ -2,10 +2,13 @@
 job's lines with its class and jid, failures with the job's own frames and what happens next,
 kills with their real cause, timeouts with where the job was; the title and reopening the file.
 """
+import json
 import re
 import signal
 
 import jobs
+import pytest
+from ackjobs import RUNS as ACK_RUNS, Step
 
 from harness import counts, title, wait_for
 
@@ -49,10 +52,9 @@ def test_a_jobs_own_lines_carry_its_class_and_jid_and_a_failure_says_what_comes_
 def test_the_done_lines_held_are_written_before_the_worker_waits_for_more(
         daemon, producer, r):
     # Given 40 quick jobs queued before a worker of one job at a time starts (it runs them in
-    # batches, and holds their done lines up to 64 of them, here for as long as it takes:
-    # jobmods/lines_never_due.py)
+    # batches, and holds their done lines until a batch ends)
     jids = jobs.Record.perform_bulk([[] for _ in range(40)])
-    d = daemon(concurrency=1, require=("jobs.py", "jobmods/lines_never_due.py"))
+    d = daemon(concurrency=1)
     # When it has run them all and waits in Redis for more
     wait_for(lambda: len(counts(r, jobs.DONE)) == 40, 10, what="every job done")
     wait_for(lambda: d.blocked_workers(), 10, what="the worker waiting for work")
@@ -60,6 +62,33 @@ def test_the_done_lines_held_are_written_before_the_worker_waits_for_more(
     done = re.findall(r" class=Record jid=(\w+) elapsed=[\d.]+ INFO queued.worker: done$",
                       d.output(), re.M)
     assert sorted(done) == sorted(jids)
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.002], ids=["acked-as-batches-end",
+                                                      "acked-every-20-ms-in-a-batch"])
+def test_every_job_whose_ack_went_out_has_its_done_line_written_while_a_later_one_runs(
+        daemon, producer, r, seconds):
+    # Given one worker whose batches grow however long its jobs take and none of whose jobs
+    # counts as one that may run long (jobmods/long_batches.py), and 100 jobs of one class,
+    # the 60th of which waits on a gate (RT9: a job of a class known to be short that turns
+    # slow), 28 jobs into a batch of 32 (1+2+4+8+16 before it). Jobs of no time: the acks of
+    # the batches before it went out with each next reserve call; of 2 ms: those of its own
+    # batch also went out every 20 ms before it (~56 ms into the batch)
+    jids = Step.perform_bulk([[i, "step" if i == 59 else None, seconds] for i in range(100)])
+    d = daemon(require=("ackjobs.py", "jobmods/long_batches.py"), concurrency=1)
+    # When the gated job runs
+    wait_for(lambda: r.hexists(ACK_RUNS, jids[59]), 10, what="the gated job running")
+    # Then each job before it that is no longer reserved (its ack went out) has its done
+    # line in the log already: a kill -9 now would lose no line of a job it does not rerun
+    reserved = {json.loads(m.split(b"\0", 2)[2])["jid"]
+                for key in r.scan_iter("queued:reserved:*") for m in r.zrange(key, 0, -1)}
+    written = set(re.findall(r" class=Step jid=(\w+) elapsed=[\d.]+ INFO queued.worker: done$",
+                             d.output(), re.M))
+    acked = set(jids[:59]) - reserved
+    assert acked and acked <= written, sorted(acked - written)
+    jobs.open_gate(r, "step")
+    wait_for(lambda: r.hlen(ACK_RUNS) == 100, 10, what="every job run")
+    assert d.stop() == 0
 
 
 def test_a_timeout_is_logged_with_where_the_job_was(daemon, producer, r):
