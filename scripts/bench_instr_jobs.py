@@ -2,7 +2,7 @@
 scripts/bench_jobs.py, and the worker's time-based choices pinned to what they are in a native
 throughput run, whatever the valgrind slow-down (x40-50) does to the clock:
 
-- a batch grows up to ``prefetch`` while jobs are short (worker.FAST_JOB: under valgrind a no-op
+- a batch grows up to ``prefetch`` while jobs are short (worker.BATCH_SPAN: under valgrind a no-op
   job takes ~5 ms, so batches would stay at 1);
 - the acks of a batch ride with the next reserve call while the class is known to be short
   (runner.SLOW_JOB);
@@ -35,7 +35,7 @@ def _patch(module: str, name: str, value) -> None:
 
 
 for _module in ("queued.server.worker", "queued.worker"):
-    _patch(_module, "FAST_JOB", FOREVER)
+    _patch(_module, "BATCH_SPAN", FOREVER)
 for _module in ("queued.server.runner", "queued.worker"):
     _patch(_module, "SLOW_JOB", FOREVER)
 _patch("queued.server.giveback", "HOLD_LIMIT", FOREVER)

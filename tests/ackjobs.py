@@ -1,14 +1,22 @@
-"""Job class for tests/integration/test_batch_acks.py: each job writes down, as it starts, which
-jobs its worker still holds reserved (so which finished ones are not acked yet), and when it
-started and ended on the worker's monotonic clock."""
+"""Job classes for tests/integration/test_batch_acks.py and test_logs.py: each SeeReserved job
+writes down, as it starts, which jobs its worker still holds reserved (so which finished ones
+are not acked yet), and when it started and ended on the worker's monotonic clock; Step jobs
+are one class whose one gated job turns slow."""
 import json
 import time
 
 import queued
+from jobs import RUNS, wait_gate
+from queued.keys import Keys
 
 SEEN = "t:acks"  # hash jid -> {"start", "end", "reserved": [jids]} (json)
-RUNS = "t:runs"  # hash jid -> number of times perform started (as tests/jobs.py)
-GATE = "t:gate:"  # key prefix: a gated Step waits until t:gate:<tag> exists
+RESERVED = Keys().reserved("*", "*")  # (a pattern: every slot of every master)
+
+
+def reserved_jids(r) -> list[str]:
+    """The jids every worker slot holds reserved now."""
+    return [json.loads(m.split(b"\0", 2)[2])["jid"]
+            for key in r.scan_iter(RESERVED) for m in r.zrange(key, 0, -1)]
 
 
 class SeeReserved(queued.Job):
@@ -17,9 +25,8 @@ class SeeReserved(queued.Job):
     def perform(self, seconds):
         start = time.monotonic()
         r = queued.get_redis()
-        reserved = [json.loads(m.split(b"\0", 2)[2])["jid"]
-                    for key in r.scan_iter("queued:reserved:*") for m in r.zrange(key, 0, -1)]
-        time.sleep(seconds)
+        reserved = reserved_jids(r)
+        time.sleep(seconds)  # (the workload: a job of this length)
         r.hset(SEEN, self.jid, json.dumps({"start": start, "end": time.monotonic(),
                                            "reserved": reserved}))
 
@@ -30,11 +37,7 @@ class Step(queued.Job):
     queued_options = {"retry": 0}
 
     def perform(self, i, gate=None, seconds=0.0):
-        r = queued.get_redis()
-        r.hincrby(RUNS, self.jid, 1)
-        time.sleep(seconds)
-        end = time.monotonic() + 60
-        while gate is not None and not r.exists(GATE + gate):
-            if time.monotonic() > end:
-                raise RuntimeError(f"gate {gate!r} was never opened")
-            time.sleep(0.005)
+        queued.get_redis().hincrby(RUNS, self.jid, 1)
+        time.sleep(seconds)  # (the workload: a job of this length)
+        if gate is not None:
+            wait_gate(gate)

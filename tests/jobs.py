@@ -52,6 +52,16 @@ def open_gate(r, tag) -> None:
     r.set(GATE + tag, 1)
 
 
+def wait_gate(tag, seconds=60) -> None:
+    """Inside a job: return once the test opens the gate ``tag``; fail after ``seconds``, so
+    a forgotten gate cannot wedge a worker."""
+    end = time.monotonic() + seconds
+    while not _r().exists(GATE + tag):
+        if time.monotonic() > end:
+            raise RuntimeError(f"gate {tag!r} was never opened")
+        time.sleep(0.01)
+
+
 class Gate(queued.Job):
     """Runs until the test opens its gate (``open_gate(r, tag)``): a job that is still
     running for exactly as long as a test needs it to be, however slow the machine is, and no
@@ -59,11 +69,7 @@ class Gate(queued.Job):
 
     def perform(self, tag, seconds=60):
         _start(self, tag)
-        end = time.monotonic() + seconds
-        while not _r().exists(GATE + tag):
-            if time.monotonic() > end:
-                raise RuntimeError(f"gate {tag!r} was never opened")
-            time.sleep(0.01)
+        wait_gate(tag, seconds)
         _finish(self)
 
 

@@ -1,11 +1,11 @@
 """How many jobs a worker of one job at a time reserves per round trip (worker.Worker._adapt):
-a batch doubles up to ``prefetch`` while the next would run within FAST_JOB (10 ms), stays
+a batch doubles up to ``prefetch`` while the next would run within BATCH_SPAN (10 ms), stays
 while this one did, and falls back to one job otherwise. Pure arithmetic on the worker's state."""
 from types import SimpleNamespace
 
 import pytest
 
-from queued.server.worker import FAST_JOB, Worker
+from queued.server.worker import BATCH_SPAN, Worker
 
 
 def sizes(per_job: float, rounds: int = 8, prefetch: int = 32) -> list[int]:
@@ -26,8 +26,8 @@ def sizes(per_job: float, rounds: int = 8, prefetch: int = 32) -> list[int]:
     (0.006, [1, 1, 1, 1, 1, 1, 1, 1]),         # 6 ms: one at a time (2 would take 12 ms)
     (0.02, [1, 1, 1, 1, 1, 1, 1, 1]),
 ])
-def test_a_batch_grows_while_the_next_would_run_within_fast_job(per_job, expected):
-    assert FAST_JOB == 0.01
+def test_a_batch_grows_while_the_next_would_run_within_batch_span(per_job, expected):
+    assert BATCH_SPAN == 0.01
     assert sizes(per_job) == expected
 
 

@@ -63,6 +63,17 @@ def never_ran(page) -> bool:
     return page.evaluate("typeof window.__pwned") == "undefined"
 
 
+
+def rows_by_pid(page, table: str) -> dict:
+    """The rows of a Busy page table, by the text of their pid cell (each pid once)."""
+    rows = page.locator(f"{table} tbody tr")
+    out = {}
+    for k in range(rows.count()):
+        row = rows.nth(k)
+        out[row.locator(".pid").inner_text()] = row
+    assert len(out) == rows.count()
+    return out
+
 def test_the_names_read_as_queuedctl_shows_them():
     # (the table above is what queuedctl writes too: the same rule in both)
     assert {name: ctl_name(name) for name in NAMES} == SHOWN
@@ -146,18 +157,8 @@ def test_processes_and_running_jobs_on_busy(page, r):
     # When Busy is shown
     page.goto("/busy")
     shot(page, "busy-names")
-    processes = page.locator("#processes tbody tr")
-    assert processes.count() == len(NAMES)
-    by_pid = {}
-    for k in range(processes.count()):
-        row = processes.nth(k)
-        by_pid[row.locator(".pid").inner_text()] = row
-    running = page.locator("#running tbody tr")
-    assert running.count() == len(NAMES)
-    jobs_by_pid = {}
-    for k in range(running.count()):
-        row = running.nth(k)
-        jobs_by_pid[row.locator(".pid").inner_text()] = row
+    by_pid, jobs_by_pid = rows_by_pid(page, "#processes"), rows_by_pid(page, "#running")
+    assert len(by_pid) == len(jobs_by_pid) == len(NAMES)
     for i, name in enumerate(NAMES):
         shown, row = SHOWN[name], by_pid[str(1000 + i)]
         # Then each process's cells read as queuedctl shows its names

@@ -40,7 +40,7 @@ log = logging.getLogger("queued.worker")
 #: strict queue's job for 160 ms), and the master takes back what waits behind a job that
 #: turns slow (giveback.py). 32, not 8: a reserve call per 32 no-op jobs instead of 8 ran
 #: 16 % more of them, at 15 % less Redis CPU (issue 18); 1 ms jobs still go 8 at a time.
-FAST_JOB = 0.01
+BATCH_SPAN = 0.01
 #: In a batch, before a job starts, the acks of the jobs finished so far go out (one write,
 #: no wait), with their done lines, once the last ones went out this many seconds ago: a kill
 #: -9 runs again at most the short jobs that finished in the 20 ms before the job it was
@@ -349,8 +349,8 @@ class Worker(WorkerSignals):
                       self.keys.queue(name))
 
     def _adapt(self, got: int, done: int, elapsed: float) -> None:
-        if got == self.batch and done == got and elapsed <= FAST_JOB:
-            if elapsed * 2 <= FAST_JOB:
+        if got == self.batch and done == got and elapsed <= BATCH_SPAN:
+            if elapsed * 2 <= BATCH_SPAN:
                 self.batch = min(self.batch * 2, self.config.prefetch)
         else:
             self.batch = 1

@@ -2,13 +2,12 @@
 job's lines with its class and jid, failures with the job's own frames and what happens next,
 kills with their real cause, timeouts with where the job was; the title and reopening the file.
 """
-import json
 import re
 import signal
 
 import jobs
 import pytest
-from ackjobs import RUNS as ACK_RUNS, Step
+from ackjobs import Step, reserved_jids
 
 from harness import counts, title, wait_for
 
@@ -77,17 +76,16 @@ def test_every_job_whose_ack_went_out_has_its_done_line_written_while_a_later_on
     jids = Step.perform_bulk([[i, "step" if i == 59 else None, seconds] for i in range(100)])
     d = daemon(require=("ackjobs.py", "jobmods/long_batches.py"), concurrency=1)
     # When the gated job runs
-    wait_for(lambda: r.hexists(ACK_RUNS, jids[59]), 10, what="the gated job running")
+    wait_for(lambda: r.hexists(jobs.RUNS, jids[59]), 10, what="the gated job running")
     # Then each job before it that is no longer reserved (its ack went out) has its done
     # line in the log already: a kill -9 now would lose no line of a job it does not rerun
-    reserved = {json.loads(m.split(b"\0", 2)[2])["jid"]
-                for key in r.scan_iter("queued:reserved:*") for m in r.zrange(key, 0, -1)}
+    reserved = set(reserved_jids(r))
     written = set(re.findall(r" class=Step jid=(\w+) elapsed=[\d.]+ INFO queued.worker: done$",
                              d.output(), re.M))
     acked = set(jids[:59]) - reserved
     assert acked and acked <= written, sorted(acked - written)
     jobs.open_gate(r, "step")
-    wait_for(lambda: r.hlen(ACK_RUNS) == 100, 10, what="every job run")
+    wait_for(lambda: r.hlen(jobs.RUNS) == 100, 10, what="every job run")
     assert d.stop() == 0
 
 

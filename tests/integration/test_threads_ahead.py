@@ -87,7 +87,7 @@ def test_no_blocking_fetch_while_jobs_are_held_ahead(daemon, producer, r, redis_
         # the six are all back in their queue, none landed
         assert [cmd for _, cmd in monitor.sync() if cmd.startswith("BLMOVE ")] == []
         assert _queue(r) == [(j, {}) for j in reversed(behind)]
-        assert r.keys("queued:landing:*") == []
+        assert r.keys(Keys().landing("*", "*", "*")) == []
         jobs.open_gate(r, "noblock")
         wait_for(lambda: len(counts(r, jobs.DONE)) == 68, 20, what="every job done")
         assert counts(r, jobs.RUNS) == dict.fromkeys(quick + gated + behind, 1)

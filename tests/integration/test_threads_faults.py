@@ -173,7 +173,7 @@ def test_a_job_that_lands_after_term_goes_back_at_once_not_when_the_worker_exits
     # Then that job, landed by the blocker, is back at the head of its queue while the held
     # job still runs (it does not wait there for the worker's exit)
     wait_for(lambda: [json.loads(m)["jid"] for m in r.lrange("queue:default", 0, -1)] == [late]
-             and r.keys("queued:landing:*") == [], 10, interval=0.01,
+             and r.keys(Keys().landing("*", "*", "*")) == [], 10, interval=0.01,
              what="the landed job back in its queue")
     assert running not in done(r)
     # And once the held job ends the daemon exits 0, the late job unrun and still queued
