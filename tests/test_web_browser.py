@@ -554,6 +554,7 @@ def test_a_queue_named_by_bytes_that_are_not_utf8(page, r):
 
 LONG_QUEUE = "billing-" + "reconciliation-" * 8 + "eu-west-1"
 LONG_CLASS = "Billing::Enterprise::Invoices::" + "Reconciliation" * 5 + "Job"
+UNBROKEN_QUEUE = "Billing" + "ReconciliationOfInvoices" * 8
 
 
 def test_long_names_and_a_set_of_100000_jobs_read_well(page, r):
@@ -569,11 +570,16 @@ def test_long_names_and_a_set_of_100000_jobs_read_well(page, r):
                                   if i % 50 == 0 else ("KeyError", "'sku'")): now - i
                            for i in range(start, start + 10_000)})
     pipe.execute()
-    r.sadd("queues", LONG_QUEUE, "default")
+    r.sadd("queues", LONG_QUEUE, "default", UNBROKEN_QUEUE)
     r.lpush(f"queue:{LONG_QUEUE}", *(payload(f"L{i}", LONG_CLASS, ["a" * 300, {"k": i}],
                                              LONG_QUEUE) for i in range(3)))
+    r.lpush(f"queue:{UNBROKEN_QUEUE}", payload("U0", "Mail", [], UNBROKEN_QUEUE))
     page.goto("/queues")
     shot(page, "queues-long-names")
+    # (a name with no place to break keeps every column on the screen: its cell wraps)
+    width = page.evaluate("() => document.documentElement.clientWidth")
+    assert page.evaluate("() => document.getElementById('queues').getBoundingClientRect()"
+                         ".right") <= width
     page.click(f"{row('queues', 'data-queue', LONG_QUEUE)} td a")
     page.wait_for_selector("#jobs")
     assert page.locator("#jobs tbody tr").count() == 3

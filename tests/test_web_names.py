@@ -362,18 +362,23 @@ def test_retry_on_the_dashboard_leaves_a_job_that_names_no_queue_and_says_so(pag
     page.goto("/dead")
     assert page.inner_text("#jobs tr[data-jid=empty] td.queue") == '""'
     # When its row is ticked and retried, Then it stays in Dead, and the page says why
+    # (each click waits for the page it loads: a flash of the page before is no answer)
     page.check("#jobs tr[data-jid=empty] input[type=checkbox]")
-    page.click("#selected button[value=retry]")
+    with page.expect_navigation():
+        page.click("#selected button[value=retry]")
     page.wait_for_selector("p.flash")
     assert page.inner_text("p.flash") == f"retried 0 jobs; 1 left in Dead: {LEFT}"
     assert dead_jids(r) == ["empty", "ok"] and r.llen("queue:default") == 0
     # When its own page's Retry now is pressed, the same
-    page.click("#jobs tr[data-jid=empty] td.jid a")
-    page.click("form button[value=retry]")
+    with page.expect_navigation():
+        page.click("#jobs tr[data-jid=empty] td.jid a")
+    with page.expect_navigation():
+        page.click("form button[value=retry]")
     page.wait_for_selector("p.flash")
     assert page.inner_text("p.flash") == f"retried 0 jobs; 1 left in Dead: {LEFT}"
     # When every job of Dead is retried, Then the other one is, this one stays, said
-    page.click("#all-jobs button[value=retry]")
+    with page.expect_navigation():
+        page.click("#all-jobs button[value=retry]")
     page.wait_for_selector("p.flash")
     assert page.dialogs[-1] == "Retry all 2 jobs of Dead now?"
     assert page.inner_text("p.flash") == (
