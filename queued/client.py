@@ -645,39 +645,19 @@ def _async_twin(c: Client):
 
 
 # --- job code's connection in a worker ---------------------------------------------------------
-#
-# A worker runs one job at a time, so the job's get_redis() needs one connection, not a pool.
-# A pooled redis-py client checks a connection out and back in around every command (two lock
-# round trips, a connect check and a readability check: three system calls); for a job that
-# does one INCR that is a third of its cost. A single-connection client skips all of it but
-# would send the first command after a Redis restart on the dead socket and fail the job; the
-# connection class below makes the pool's readability check (one poll) before each send instead.
-
-class _ProbedConnection:
-    """Mixed into the pool's own connection class (TCP, unix socket or TLS)."""
-
-    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        if _closed_while_idle(self):
-            self.disconnect()  # the send below connects afresh
-        super().send_packed_command(command, check_health)  # type: ignore[misc]
-
 
 def dedicate_job_connection() -> None:
-    """Give the default client's redis-py client one dedicated connection, if queued made that
-    client from a URL (one the application passed to ``configure(redis=...)`` is left as it
-    is). Called once by each worker process after fork; job code sees it through
-    ``get_redis()``. If Redis cannot be reached right now, the pooled client stays: it works
-    the same, only slower."""
+    """Give the default client a redis-py client of one dedicated connection with a short path
+    for plain commands (jobredis.py), if queued made that client from a URL (one the
+    application passed to ``configure(redis=...)`` is left as it is). Called once by each
+    worker process of one job at a time after fork; job code sees it through ``get_redis()``.
+    If Redis cannot be reached right now, the pooled client stays: it works the same, only
+    slower."""
     c = _default
     if c is None or not c.owns_redis:
         return
-    pool = c.redis.connection_pool
-    kind = pool.connection_class
-    probed = type("Probed" + kind.__name__, (_ProbedConnection, kind), {})
+    from .jobredis import dedicated  # (only a worker needs it)
     try:
-        c.redis = redis_lib.Redis(
-            connection_pool=redis_lib.ConnectionPool(connection_class=probed,
-                                                     **pool.connection_kwargs),
-            single_connection_client=True)  # connects now
+        c.redis = dedicated(c.redis)  # connects now
     except (redis_lib.ConnectionError, redis_lib.TimeoutError, OSError):
         pass

@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +28,15 @@ def wait_for(predicate, timeout=10.0, interval=0.02, what="condition"):
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_closed_by_server(sock) -> None:
+    """Until the server's close of ``sock`` has reached it (the socket reads as end of file)."""
+    def closed():
+        readable, _, _ = select.select([sock], [], [], 0.05)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+
+    wait_for(closed, what="the server's close to reach our socket")
 
 
 def counts(r, key) -> dict[str, int]:

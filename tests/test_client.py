@@ -10,8 +10,6 @@ import decimal
 import enum
 import json
 import os
-import select
-import socket
 import time
 import uuid
 
@@ -25,7 +23,7 @@ from queued.client import Client
 from queued.job import Job, registry
 from queued.middleware import client_middleware
 
-from harness import wait_for
+from harness import wait_closed_by_server
 
 NOW = 1795235935.0895905
 JID = "aa4be698162a253757f09c1b"
@@ -628,15 +626,6 @@ def test_default_client_survives_fork(default_client, r):
     assert parent_conn._sock is parent_sock  # same socket: the child did not shut it down
     assert default_client.redis.connection_pool._available_connections[0] is parent_pool_conn
     assert r.llen("queue:forked") == 1 and r.llen("queue:default") == 2
-
-
-def wait_closed_by_server(sock) -> None:
-    """Until the server's close of ``sock`` has reached it (the socket reads as end of file)."""
-    def closed():
-        readable, _, _ = select.select([sock], [], [], 0.05)
-        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
-
-    wait_for(closed, what="the server's close to reach our socket")
 
 
 def test_push_after_the_server_closed_the_idle_connection(default_client, r):
