@@ -57,7 +57,7 @@ def test_the_fast_done_line_is_the_line_logging_writes(logfile):
     # When it is written both ways
     joblog.done()
     joblog.flush()
-    joblog.handler = None  # the logging module's way
+    joblog.use_logging()  # the logging module's way
     joblog.done()
     # Then both lines are the same, in Sidekiq's shape
     assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.worker: done"] * 2
@@ -74,7 +74,7 @@ def test_the_done_line_made_from_the_jobs_figures_is_the_line_logging_writes(log
     # When it is written from the figures both ways (fast, and through logging)
     joblog.done(("X", "j" * 24, 0.0123456, "default"))
     joblog.flush()
-    joblog.handler = None
+    joblog.use_logging()
     joblog.done(("X", "j" * 24, 0.0123456, "default"))
     # Then both lines are the same, with elapsed
     assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.worker: done"] * 2
@@ -227,7 +227,7 @@ def test_json_fast_done_line_is_the_line_logging_writes(jsonlog):
     logsetup.set_context(logsetup.job_context("X", "j" * 24, 0.0123456, "default"))
     joblog.done()
     joblog.flush()
-    joblog.handler = None  # the logging module's way
+    joblog.use_logging()  # the logging module's way
     joblog.done()
     first, second = objects(path)
     assert first.pop("time") and second.pop("time")
@@ -245,7 +245,7 @@ def test_json_done_line_made_from_the_jobs_figures_is_the_line_logging_writes(js
     for _ in range(2):  # (the second from the class and queue kept)
         joblog.done(("Ünï", "j" * 24, 1.5, "q\"1"))
     joblog.flush()
-    joblog.handler = None
+    joblog.use_logging()
     joblog.done(("Ünï", "j" * 24, 1.5, "q\"1"))
     got = objects(path)
     assert len(got) == 3 and all(o.pop("time") for o in got)

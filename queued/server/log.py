@@ -100,6 +100,8 @@ def job_context(job_class: str, jid: str, elapsed: float | None = None,
 
 #: ".000Z" ... ".999Z": a time's milliseconds as a line writes them (an index, not a format)
 _MILLIS = tuple(f".{i:03d}Z" for i in range(1000))
+#: "0.000" ... "0.999": a job's elapsed time under a second as a done line writes it
+_ELAPSED = tuple(f"0.{i:03d}" for i in range(1000))
 
 
 class Formatter(logging.Formatter):
@@ -364,11 +366,13 @@ class JobLog:
         """Write directly when queued's own handler is the only one and INFO lines of this
         logger would be written; else use logging."""
         self.handler, self.pid = None, os.getpid()
+        self.done = self._logged
         handler = own_handler()
         if handler is None or direct_fd() is None or not self.logger.isEnabledFor(logging.INFO) \
                 or handler.level > logging.INFO or not self._plain(self.logger):
             return
         self.handler, self.formatter = handler, handler.formatter
+        self.done = self._add_locked if self.locked else self._add
         self.structured = isinstance(handler.formatter, JsonFormatter)
         self.middle = (handler.formatter.middle(self.pid, "INFO", self.name, "")
                        if self.structured else f" pid={self.pid} tid={handler.formatter.tid}")
@@ -384,57 +388,73 @@ class JobLog:
 
     def done(self, job: tuple | None = None) -> None:
         """Log ``done`` for a job that ended: ``job`` is (class shown, jid, elapsed, queue);
-        without it, in the job context the worker set (class, jid, elapsed)."""
-        if self.handler is None:
-            if job is not None:
-                set_context(job_context(job[0], job[1], job[2], job[3]))
-            self.logger.info("done")
-            return
-        if self.locked:
-            handler = self.handler
-            handler.acquire()
-            try:
-                self._add(job)
-            finally:
-                handler.release()
-        else:
-            self._add(job)
+        without it, in the job context the worker set (class, jid, elapsed). (``bind`` puts
+        the way it goes in the instance, so a line costs one call: ``_logged``, ``_add`` or
+        ``_add_locked``.)"""
+        self._logged(job)
 
-    def _add(self, job: tuple | None) -> None:
+    def _logged(self, job: tuple | None = None) -> None:
+        """Through logging (another handler, a filter, or INFO off: see bind)."""
+        if job is not None:
+            set_context(job_context(job[0], job[1], job[2], job[3]))
+        self.logger.info("done")
+
+    def _add_locked(self, job: tuple | None = None) -> None:
+        handler = self.handler
+        handler.acquire()
+        try:
+            self._add(job)
+        finally:
+            handler.release()
+
+    def _add(self, job: tuple | None = None) -> None:
         """The line, as the handler's formatter would write it, made in one f-string. (The
-        stamp's common case, a time within the second the formatter last wrote, and a job's
-        json fields are inlined here: each method call was ~5 % of a line's cost.)"""
+        stamp's common case, a time within the second the formatter last wrote, a job's json
+        fields and its elapsed time under a second are inlined or looked up here: each
+        method call, and each float's format, was ~5-15 % of a line's cost.)"""
         pending = self.handler.pending
         now = time.time()
         formatter = self.formatter
         fraction = now - formatter._second
-        stamp = (formatter._text + _MILLIS[int(fraction * 1000)] if 0.0 <= fraction < 1.0
-                 else formatter.stamp(now))
+        if not 0.0 <= fraction < 1.0:
+            formatter.stamp(now)  # (the second's text made anew)
+            fraction = now - formatter._second
+        millis = _MILLIS[int(fraction * 1000)]
         lane = _lane.get()
-        if self.structured:
+        if job is None:
+            pending.append(self._from_context(formatter._text + millis, lane))
+        elif self.structured:
+            job_class, jid, elapsed, queue = job
+            cached = self._fields
+            if job_class != cached[0] or queue != cached[1]:
+                cached = self._json_fields(job_class, queue)
             middle = self.middle if not lane else formatter.middle(
                 self.pid, "INFO", self.name, lane)
-            if job is None:
-                context = _context.get()
-                fields = _fields_json(context) if context.__class__ is tuple else ""
-            else:
-                job_class, jid, elapsed, queue = job
-                cached = self._fields
-                if job_class != cached[0] or queue != cached[1]:
-                    cached = self._json_fields(job_class, queue)
-                fields = (f',"jid":{_encode_str(jid) if jid.__class__ is str else _jstr(jid)}'
-                          f'{cached[2]},"elapsed":{elapsed:.6f}')
-            pending.append(f'{{"time":"{stamp}"{middle}{fields},"message":"done"}}\n')
+            pending.append(
+                f'{{"time":"{formatter._text}{millis}"{middle},"jid":'
+                f'{_encode_str(jid) if jid.__class__ is str else _jstr(jid)}{cached[2]},'
+                f'"elapsed":{elapsed:.6f},"message":"done"}}\n')
         else:
-            if job is None:
-                context = _context.get()
-                if context.__class__ is tuple:
-                    context = _text(context)
-            else:
-                context = f" class={job[0]} jid={job[1]} elapsed={job[2]:.3f}"
-            pending.append(f"{stamp}{self.middle}{lane}{context}{self.tail}")
+            elapsed = job[2]
+            millis_run = int(elapsed * 1000.0 + 0.5)
+            pending.append(
+                f"{formatter._text}{millis}{self.middle}{lane} class={job[0]} jid={job[1]} "
+                f"elapsed={_ELAPSED[millis_run] if 0 <= millis_run < 1000 else f'{elapsed:.3f}'}"
+                f"{self.tail}")
         if len(pending) >= self.MAX_PENDING:
             self._flush(self.handler)
+
+    def _from_context(self, stamp: str, lane: str) -> str:
+        """A done line from the job context the worker set (``done()`` without figures)."""
+        context = _context.get()
+        if self.structured:
+            middle = self.middle if not lane else self.formatter.middle(
+                self.pid, "INFO", self.name, lane)
+            fields = _fields_json(context) if context.__class__ is tuple else ""
+            return f'{{"time":"{stamp}"{middle}{fields},"message":"done"}}\n'
+        if context.__class__ is tuple:
+            context = _text(context)
+        return f"{stamp}{self.middle}{lane}{context}{self.tail}"
 
     def _json_fields(self, job_class, queue) -> tuple:
         """The class and queue's json text (see _fields_json), kept while they repeat."""
@@ -463,4 +483,9 @@ class JobLog:
             handler.flush_pending()
         except (OSError, ValueError):
             handler.pending.clear()
-            self.handler = None
+            self.use_logging()
+
+    def use_logging(self) -> None:
+        """Through logging from now on (queued's handler failed to write; until bind)."""
+        self.handler = None
+        self.done = self._logged
