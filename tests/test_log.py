@@ -269,6 +269,12 @@ def test_json_exception_and_a_signal_handlers_record(jsonlog):
     assert ttin["slot"] == 3 and "error_class" not in ttin
 
 
-def test_text_mode_contexts_are_plain_strings():
-    # (json mode's fields cost text mode nothing: no object per job)
-    assert type(logsetup.job_context("X", "j", 1.0, "q")) is str
+def test_a_jobs_context_is_its_fields_until_a_line_is_written(logfile):
+    # (no text is made per job: most jobs log no line of their own)
+    logfile, ours = logfile
+    ours()
+    context = logsetup.job_context("X", "j", 1.0, "q")
+    assert context == ("j", "X", "q", 1.0)
+    logsetup.set_context(context)
+    logging.getLogger("app").info("inside")
+    assert lines(logfile) == [" class=X jid=j elapsed=1.000 INFO app: inside"]

@@ -48,13 +48,11 @@ QUIET_LIBRARIES = ("redis", "urllib3", "asyncio")
 
 FORMATS = ("text", "json")
 
-# " class=X jid=Y" (and " elapsed=..." once the job ended) while a job runs in this thread or
-# task; in json mode its fields instead (see job_context).
+# A job's fields (job_context) while it runs in this thread or task; "" between jobs.
 _context: contextvars.ContextVar[str | tuple] = contextvars.ContextVar("queued_job_context",
                                                                       default="")
 # "-<lane>" in a job thread (or an async job's task) of a worker of many jobs at once.
 _lane: contextvars.ContextVar[str] = contextvars.ContextVar("queued_lane", default="")
-_structured = False
 
 
 def _fields_json(job: tuple) -> str:
@@ -70,7 +68,7 @@ def _fields_json(job: tuple) -> str:
 
 
 def _text(job: tuple) -> str:
-    """A json-mode context as text mode writes it."""
+    """A job's context (job_context) as text mode writes it."""
     jid, job_class, _, elapsed = job
     text = f" class={job_class} jid={jid}"
     return text if elapsed is None else f"{text} elapsed={elapsed:.3f}"
@@ -87,15 +85,11 @@ def set_lane(lane: int) -> None:
 
 
 def job_context(job_class: str, jid: str, elapsed: float | None = None,
-                queue: str | None = None) -> str | tuple:
-    """The context of a job's lines: `` class=X jid=Y[ elapsed=Z]`` in text mode; in json
-    mode its fields, (jid, class, queue, elapsed), made into text only if a line is written
-    (issue 18: most contexts never are)."""
-    if _structured:
-        return (jid, job_class, queue, elapsed)
-    if elapsed is None:
-        return f" class={job_class} jid={jid}"
-    return f" class={job_class} jid={jid} elapsed={elapsed:.3f}"
+                queue: str | None = None) -> tuple:
+    """The context of a job's lines: its fields, (jid, class, queue, elapsed), made into text
+    only if a line is written (`` class=X jid=Y[ elapsed=Z]`` in text mode, _text; json
+    fields in json mode, _fields_json): most contexts never are (issue 18)."""
+    return (jid, job_class, queue, elapsed)
 
 
 #: ".000Z" ... ".999Z": a time's milliseconds as a line writes them (an index, not a format)
@@ -130,7 +124,7 @@ class Formatter(logging.Formatter):
     def prefix(self, created: float, pid: int) -> str:
         """Everything before the level: time, pid, tid and the job context."""
         context = _context.get()
-        if context.__class__ is tuple:  # (json mode's: this formatter is not the handler's)
+        if context.__class__ is tuple:  # (a job's: job_context)
             context = _text(context)
         return f"{self.stamp(created)} pid={pid} tid={self.tid}{_lane.get()}{context}"
 
@@ -237,13 +231,11 @@ def setup(level: str = "INFO", logfile: str | None = None, tag: str = "master",
           log_format: str = "text") -> None:
     """queued's one handler on the root logger; ``level`` DEBUG (-v) applies to queued's
     own loggers, the root stays at INFO and other libraries at WARNING."""
-    global _structured
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
     handler = FileHandler(logfile) if logfile else StreamHandler(sys.stderr)
-    _structured = log_format == "json"
-    handler.setFormatter(JsonFormatter(tag) if _structured else Formatter(tag))
+    handler.setFormatter(JsonFormatter(tag) if log_format == "json" else Formatter(tag))
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     logging.getLogger("queued").setLevel(level)
