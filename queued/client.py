@@ -39,7 +39,7 @@ import redis as redis_lib
 from redis.exceptions import ReadOnlyError, ResponseError
 
 from . import expiry, sentinel, unique
-from .connection import client_from_url
+from .connection import client_from_url, pack_commands
 from .keys import Keys
 from .middleware import Chain, client_middleware
 from .arguments import check_args
@@ -551,7 +551,7 @@ class _Commands(list):
 def _round_trip(conn: Any, commands: list[tuple]) -> list:
     """Send every command in one write, then read one reply per command (error replies are
     returned, not raised, so every reply is read)."""
-    conn.send_packed_command(conn.pack_commands(commands))
+    conn.send_packed_command(pack_commands(conn, commands))
     replies = []
     for _ in commands:
         try:

@@ -44,15 +44,12 @@ import redis as redis_lib
 from redis.connection import Connection
 from redis.exceptions import ResponseError
 
-try:
-    from hiredis import pack_command as _hiredis_pack
-except ImportError:  # (hiredis older than 2.1, or absent: redis-py's own path for everything)
-    _hiredis_pack = None
+from .connection import PACKED_AS_IS, hiredis_pack as _hiredis_pack
 
 #: Argument types hiredis packs exactly as redis-py's Encoder does, for a UTF-8, strict
-#: encoder and for any other (whose str arguments _pack_slowly encodes first); a float is
-#: always encoded first (with repr, the Encoder's way: hiredis has its own).
-_PASSED = {("utf-8", "strict"): frozenset((str, bytes, int))}
+#: encoder (connection.py) and for any other (whose str arguments _pack_slowly encodes
+#: first); a float is always encoded first (with repr, the Encoder's way: hiredis has its own).
+_PASSED = {("utf-8", "strict"): PACKED_AS_IS}
 _BYTES = frozenset((bytes, int))
 
 

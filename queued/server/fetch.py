@@ -32,6 +32,7 @@ import redis
 from .reserved import Reservation, failure_call, fetch_orders, split_member
 from .scripts import FAIL, RESERVE
 from .sentahead import SentAhead
+from ..connection import pack_commands
 from ..keys import Keys
 from ..tracking import Move
 
@@ -161,10 +162,10 @@ class Fetcher(SentAhead):
             if self.finishes.pending:  # (before it, so their jobs are not adopted by it)
                 ahead = self._finish_commands()
                 sent = sent._replace(ahead=len(ahead))
-                conn.send_packed_command(conn.pack_commands(
-                    [*ahead, RESERVE.command(keys, args)]))
+                conn.send_packed_command(
+                    pack_commands(conn, [*ahead, RESERVE.command(keys, args)]))
             else:
-                conn.send_packed_command(conn.pack_command(*RESERVE.command(keys, args)))
+                conn.send_packed_command(pack_commands(conn, [RESERVE.command(keys, args)]))
         except BaseException:
             self._unsent(sent)
             raise

@@ -129,7 +129,7 @@ class SentAhead:
                 self._acks = []
         commands.append(args)
         try:
-            conn.send_packed_command(conn.pack_commands(commands))
+            conn.send_packed_command(connection.pack_commands(conn, commands))
             if after_send is not None:
                 after_send()
             self._read_unread(conn)
@@ -223,7 +223,7 @@ class SentAhead:
                 commands.append(("ZREM", self.reserved_key, *self._acks))
                 self._unread.append(self._acks)
                 self._acks = []
-            conn.send_packed_command(conn.pack_commands(commands))
+            conn.send_packed_command(connection.pack_commands(conn, commands))
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             self.reset_connection()
 
@@ -262,7 +262,7 @@ class SentAhead:
                 command = script.eval_command(keys, args)
                 self._loaded.add(script.sha)
             self._unread.append(entry)
-            conn.send_packed_command(conn.pack_command(*command))
+            conn.send_packed_command(connection.pack_commands(conn, [command]))
         except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError):
             if keep and not any(e is entry for e in self._unread):
                 self._again.append(entry)
@@ -320,7 +320,7 @@ class SentAhead:
                     self._unread.append(self._acks)
                     self._acks = []
                 if commands:
-                    conn.send_packed_command(conn.pack_commands(commands))
+                    conn.send_packed_command(connection.pack_commands(conn, commands))
                 self._read_unread(conn)
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 self.reset_connection()
