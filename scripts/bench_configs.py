@@ -132,7 +132,9 @@ class Catalogue:
                  (1, "hiredis", 10, ("jemalloc",)), (1, "hiredis", 10, ("yjit", "jemalloc")),
                  (2, "hiredis", 5, ()), (2, "hiredis", 10, ()), (2, "hiredis", 5, ("yjit",)),
                  (2, "hiredis", 10, ("yjit",)), (2, "hiredis", 5, ("yjit", "jemalloc")),
-                 (1, "hiredis", 10, ("yjit16",)), (2, "hiredis", 5, ("yjit16",))]
+                 (1, "hiredis", 10, ("yjit16",)), (2, "hiredis", 5, ("yjit16",)),
+                 (1, "hiredis", 10, ("yjit16", "jemalloc")),
+                 (2, "hiredis", 5, ("yjit16", "jemalloc"))]
         return [self._sidekiq(*t) for t in tried]
 
     def _sidekiq(self, procs: int, driver: str, threads: int, extras: tuple) -> System:

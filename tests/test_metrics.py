@@ -37,6 +37,30 @@ def test_a_recorder_counts_processed_failed_time_and_the_bucket_of_each_success(
     }
 
 
+def test_a_held_recorder_writes_what_a_recorder_writes_when_it_flushes_and_not_before():
+    # Given a worker's held recorder (one job at a time) and a direct one, fed the same jobs
+    table = MetricsTable(3)
+    held, direct = table.recorder(0, held=True), table.recorder(1)
+    ended = [({"class": "A"}, "default", 0.010, False), ({"class": "A"}, "default", 9.0, True),
+             ({"class": "A"}, "default", 400.0, False), ({"class": "B"}, "low", 0.0, False),
+             ({"class": "JobWrapper", "wrapped": "Mailer"}, "mail", 0.001, False)]
+    for job in ended:
+        held.record(*job)
+        direct.record(*job)
+    # Then nothing of the held one is in its region until it flushes
+    assert set(table.reader().totals()) == {("A", "default"), ("B", "low"), ("Mailer", "mail")}
+    assert table.reader().totals()[("A", "default")] == row(3, 1, 400_010_000, {0: 1, 25: 1})
+    held.flush()
+    # And then both regions hold the same counts (the totals are twice the direct one's)
+    totals = table.reader().totals()
+    assert totals == {("A", "default"): row(6, 2, 800_020_000, {0: 2, 25: 2}),
+                      ("B", "low"): row(2, 0, 0, {0: 2}),
+                      ("Mailer", "mail"): row(2, 0, 2000, {0: 2})}
+    # And a second flush with nothing held writes nothing more
+    held.flush()
+    assert table.reader().totals() == totals
+
+
 def test_regions_of_several_slots_and_the_masters_are_summed_by_class_and_queue():
     table = MetricsTable(3)
     for region in range(3):

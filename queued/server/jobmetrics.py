@@ -58,9 +58,12 @@ class JobMetrics:
         if self.exporter is not None:
             self.exporter.start()
 
-    def recorder(self, slot: int, locked: bool = False) -> Recorder | None:
-        """A worker's handle on its slot's region; call it in the worker, after fork."""
-        return self.table.recorder(slot, locked) if self.worker_table is not None else None
+    def recorder(self, slot: int, locked: bool = False, held: bool = False
+                 ) -> Recorder | None:
+        """A worker's handle on its slot's region; call it in the worker, after fork
+        (MetricsTable.recorder says what ``locked`` and ``held`` are)."""
+        return (self.table.recorder(slot, locked, held) if self.worker_table is not None
+                else None)
 
     def in_child(self) -> None:
         if self.exporter is not None:

@@ -4,7 +4,8 @@ For each (job class, queue) a worker counts the jobs that ended, the failed ones
 of the successful ones (microseconds) and a histogram of those times in Sidekiq's 26 buckets
 (metricskeys.BUCKETS). It does so with a few 8-byte stores into its slot's region of one
 anonymous shared mapping the master made before forking: no Redis round trip, no lock, no
-allocation per job. The master only reads (the heartbeat turns the differences into Sidekiq's
+allocation per job (a worker of one job at a time adds a batch's counts up first and stores
+them once: HeldRecorder). The master only reads (the heartbeat turns the differences into Sidekiq's
 per-minute Redis keys, metricsflush.py; the Prometheus exporter serves the totals,
 promserve.py), except in a region of its own for the failures it counts itself (a job whose
 worker died under it and that took the failure path).
@@ -99,9 +100,12 @@ class MetricsTable:
     def key(self, region: int, entry: int) -> tuple[str, str]:
         return _parse_key(self.raw_key(region, entry))
 
-    def recorder(self, region: int, locked: bool = False) -> Recorder:
-        """``locked``: several threads of one worker record into the region (threads > 1)."""
-        return LockedRecorder(self, region) if locked else Recorder(self, region)
+    def recorder(self, region: int, locked: bool = False, held: bool = False) -> Recorder:
+        """``locked``: several threads of one worker record into the region (threads > 1);
+        ``held``: a worker of one job at a time, which flushes its counts (HeldRecorder)."""
+        if locked:
+            return LockedRecorder(self, region)
+        return HeldRecorder(self, region) if held else Recorder(self, region)
 
     def reader(self) -> Reader:
         return Reader(self)
@@ -127,16 +131,9 @@ class Recorder:
                      for i in range(self.w[self.used_at])}
 
     def record(self, msg: dict, queue: str, seconds: float, failed: bool) -> None:
-        """One job ended. The class is Sidekiq's metrics class: ActiveJob's ``wrapped`` one,
-        else ``class``. Run time counts for successful jobs only, as Sidekiq's (a failure's
+        """One job ended. Run time counts for successful jobs only, as Sidekiq's (a failure's
         time says little: it may have failed at once or at its timeout)."""
-        klass = msg.get("wrapped") or msg.get("class")
-        if klass.__class__ is not str:  # a payload's odd "wrapped" (a list, a number)
-            klass = str(klass)
-        rows = self.index.get(queue)
-        row = rows.get(klass) if rows is not None else None
-        if row is None:
-            row = self._row(klass, queue)
+        row = self._row_of(msg, queue)
         w, seq = self.w, self.seq
         w[seq] += 1
         w[row] += 1
@@ -147,6 +144,19 @@ class Recorder:
             w[row + MICROS] += micros
             w[row + BUCKET0 + bisect_right(_BOUNDS_US, micros)] += 1
         w[seq] += 1
+
+    def flush(self) -> None:
+        """(Counts are written as jobs end: nothing is held. See HeldRecorder.)"""
+
+    def _row_of(self, msg: dict, queue: str) -> int:
+        """The row of a job's class and queue. The class is Sidekiq's metrics class:
+        ActiveJob's ``wrapped`` one, else ``class``."""
+        klass = msg.get("wrapped") or msg.get("class")
+        if klass.__class__ is not str:  # a payload's odd "wrapped" (a list, a number)
+            klass = str(klass)
+        rows = self.index.get(queue)
+        row = rows.get(klass) if rows is not None else None
+        return self._row(klass, queue) if row is None else row
 
     def _row(self, klass: str, queue: str) -> int:
         raw = stored_key(klass, queue)
@@ -160,6 +170,46 @@ class Recorder:
             row = self.rows[raw.rstrip(b"\0")] = self.table.row_at(self.region, used)
         self.index.setdefault(queue, {})[klass] = row
         return row
+
+
+class HeldRecorder(Recorder):
+    """A worker of one job at a time: each job's counts are added up in the worker's own
+    memory and written to its region by ``flush``, which the worker calls where it writes the
+    done lines of its finished jobs (when a batch ends, and with the acks sent inside one:
+    Runner.flush_ends). Eight-byte stores into shared memory were a tenth of a no-op job's
+    instructions (issue 18); a batch's jobs now share one write per (class, queue). As with
+    the done lines, a kill -9 loses only the counts of finished jobs whose acks had not gone
+    out either: those run again, and are counted then."""
+
+    def __init__(self, table: MetricsTable, region: int):
+        super().__init__(table, region)
+        self.held: dict[int, list[int]] = {}  # row -> counts to add (a row's layout)
+
+    def record(self, msg: dict, queue: str, seconds: float, failed: bool) -> None:
+        row = self._row_of(msg, queue)
+        counts = self.held.get(row)
+        if counts is None:
+            counts = self.held[row] = [0] * WORDS
+        counts[PROCESSED] += 1
+        if failed:
+            counts[FAILED] += 1
+        else:
+            micros = int(seconds * 1_000_000)
+            counts[MICROS] += micros
+            counts[BUCKET0 + bisect_right(_BOUNDS_US, micros)] += 1
+
+    def flush(self) -> None:
+        """Write the counts held (one record of the sequence counter for all of them)."""
+        if not self.held:
+            return
+        w, seq = self.w, self.seq
+        w[seq] += 1
+        for row, counts in self.held.items():
+            for i, n in enumerate(counts):
+                if n:
+                    w[row + i] += n
+        w[seq] += 1
+        self.held.clear()
 
 
 class LockedRecorder(Recorder):

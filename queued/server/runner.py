@@ -397,7 +397,15 @@ class Runner:
         known to be short they ride with the batch's next reserve call instead: one write
         less per job is most of a short job's overhead."""
         self.ends.send_acks()
+        self.flush_ends()
+
+    def flush_ends(self) -> None:
+        """What the ends of the jobs finished so far hold in this process goes out: their done
+        lines (one write, log.py) and their counts (metrics.HeldRecorder). The worker calls it
+        as their acks go out and when its batch ends."""
         self.joblog.flush()
+        if self.recorder is not None:
+            self.recorder.flush()
 
     def _timeout(self, msg: dict, info: "_ClassInfo") -> float | None:
         value = msg.get("timeout")

@@ -108,7 +108,8 @@ class Worker(WorkerSignals):
             code = 1
         finally:
             # (either may not exist yet after a failed boot: an AttributeError, ignored)
-            for last in (lambda: self.joblog.flush(), lambda: self.fetcher.close()):
+            for last in (lambda: self.joblog.flush(), lambda: self.runner.flush_ends(),
+                         lambda: self.fetcher.close()):
                 try:
                     last()
                 except Exception:  # noqa: BLE001
@@ -133,7 +134,8 @@ class Worker(WorkerSignals):
             self.strict, cfg.fetch_timeout, cfg.dead_timeout_in_seconds, cfg.dead_max_jobs)
         self.title = titles.WorkerTitle(cfg.tag, self.slot)
         self.recycler = Recycler.of(cfg)
-        recorder = self.metrics.recorder(self.slot, threaded) if self.metrics else None
+        recorder = (self.metrics.recorder(self.slot, locked=threaded, held=not threaded)
+                    if self.metrics else None)
         if threaded:
             from .dispatch import Dispatcher  # (its threads, loop and watchdog: only here)
             self.inbox = queue.SimpleQueue()
@@ -235,7 +237,7 @@ class Worker(WorkerSignals):
                 # (after the give-back's look: an ack sent before it, of a job the master
                 # judged slow and was taking the rest back behind, left it nothing to move)
                 self.fetcher.send_acks()
-                self.joblog.flush()
+                self.runner.flush_ends()
                 acked = time.monotonic()
             held = len(jobs) - done - 1
             if self.recycler is None:
@@ -243,7 +245,7 @@ class Worker(WorkerSignals):
             else:
                 self._process_and_count(res, held)
             done += 1
-        self.joblog.flush()  # the batch's done lines, in one write (log.py)
+        self.runner.flush_ends()  # the batch's done lines (one write) and metrics
         self._adapt(len(jobs), done, time.monotonic() - started)
 
     def _process_and_count(self, res: Reservation, held: int) -> None:
