@@ -119,6 +119,22 @@ def test_error_replies_raise_redis_pys_errors_and_leave_the_connection_in_step(j
     assert jr.connection._sock is sock  # (the same connection: an error reply is no error of it)
 
 
+def test_an_error_reply_that_means_a_lost_connection_is_raised_as_redis_py_raises_it(
+        jr, r, redis_py_calls):
+    # (LOADING: redis-py reads it as BusyLoadingError, a ConnectionError, and drops the
+    # connection; a Lua error reply is the way to have a running server send it)
+    script = "return redis.error_reply('LOADING Redis is loading the dataset in memory')"
+    with pytest.raises(redis_lib.BusyLoadingError) as theirs:
+        r.eval(script, 0)
+    sock = jr.connection._sock
+    with pytest.raises(redis_lib.BusyLoadingError) as mine:
+        jr.eval(script, 0)
+    assert str(mine.value) == str(theirs.value)
+    assert redis_py_calls == ["EVAL"]  # (r's: the job client's took the short path)
+    assert jr.connection._sock is None  # (dropped, as redis-py drops it)
+    assert jr.incr("after-loading") == 1 and jr.connection._sock is not sock
+
+
 @pytest.mark.parametrize("value", [True, None, object()])
 def test_arguments_redis_py_refuses_are_refused_as_it_refuses_them(jr, value):
     with pytest.raises(redis_lib.DataError) as mine:
