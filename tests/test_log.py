@@ -278,3 +278,64 @@ def test_a_jobs_context_is_its_fields_until_a_line_is_written(logfile):
     logsetup.set_context(context)
     logging.getLogger("app").info("inside")
     assert lines(logfile) == [" class=X jid=j elapsed=1.000 INFO app: inside"]
+
+
+@pytest.mark.parametrize("elapsed", [0.0129, 0.0996, 0.0006, 0.9996, 0.5, 1.0004,
+                                     0.0045, 0.0115, 0.0005, 0.9995, 59.9995])
+def test_the_done_line_rounds_elapsed_as_logging_does(logfile, elapsed):
+    # (0.0045 and 0.0115 are ties in decimal, which :.3f settles on the float's exact value:
+    # both round down)
+    logfile, ours = logfile
+    ours()
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    assert joblog.handler is not None
+    joblog.done(("X", "j" * 24, elapsed, "q"))
+    joblog.flush()
+    joblog.use_logging()
+    joblog.done(("X", "j" * 24, elapsed, "q"))
+    fast, logged = lines(logfile)
+    assert fast == logged
+    assert fast == f" class=X jid={'j' * 24} elapsed={elapsed:.3f} INFO queued.worker: done"
+
+
+def test_the_done_lines_stamp_is_the_stamp_logging_writes(logfile, monkeypatch):
+    # (the milliseconds of a time in the second the formatter last wrote, and of a new second)
+    logfile, ours = logfile
+    ours()
+    joblog = logsetup.JobLog("queued.worker")
+    got = []
+    for now in (1_800_000_000.5, 1_800_000_000.75, 1_800_000_002.25):
+        monkeypatch.setattr(logsetup.time, "time", lambda now=now: now)
+        joblog.bind()
+        joblog.done(("X", "j" * 24, 0.5, "q"))
+        joblog.flush()
+        joblog.use_logging()
+        joblog.done(("X", "j" * 24, 0.5, "q"))
+        fast, logged = logfile.read_text().splitlines()[-2:]
+        assert fast == logged
+        got.append(fast[:24])
+    assert got == ["2027-01-15T08:00:00.500Z", "2027-01-15T08:00:00.750Z",
+                   "2027-01-15T08:00:02.250Z"]
+
+
+def test_after_a_failed_write_done_lines_go_through_logging(logfile, monkeypatch):
+    # Given done lines held, and a write that fails (a full disk)
+    logfile, ours = logfile
+    ours()
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    handler = joblog.handler
+    joblog.done(("X", "a" * 24, 0.5, "q"))
+
+    def broken():
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(handler, "flush_pending", broken)
+    joblog.flush()
+    monkeypatch.undo()
+    # Then the held line is dropped, and the next ones go through logging
+    assert joblog.handler is None and handler.pending == []
+    joblog.done(("X", "b" * 24, 0.5, "q"))
+    joblog.flush()
+    assert lines(logfile) == [f" class=X jid={'b' * 24} elapsed=0.500 INFO queued.worker: done"]

@@ -427,12 +427,14 @@ class JobLog:
                 f'{_encode_str(jid) if jid.__class__ is str else _jstr(jid)}{cached[2]},'
                 f'"elapsed":{elapsed:.6f},"message":"done"}}\n')
         else:
+            # (the table's entry is what :.3f writes unless the time is within a millionth of
+            # a millisecond of a tie, which :.3f decides on the float's exact value)
             elapsed = job[2]
-            millis_run = int(elapsed * 1000.0 + 0.5)
-            pending.append(
-                f"{formatter._text}{millis}{self.middle}{lane} class={job[0]} jid={job[1]} "
-                f"elapsed={_ELAPSED[millis_run] if 0 <= millis_run < 1000 else f'{elapsed:.3f}'}"
-                f"{self.tail}")
+            scaled = elapsed * 1000.0 + 0.5
+            run = int(scaled)
+            shown = _ELAPSED[run] if run < 1000 and scaled - run > 1e-6 else f"{elapsed:.3f}"
+            pending.append(f"{formatter._text}{millis}{self.middle}{lane} class={job[0]} "
+                           f"jid={job[1]} elapsed={shown}{self.tail}")
         if len(pending) >= self.MAX_PENDING:
             self._flush(self.handler)
 

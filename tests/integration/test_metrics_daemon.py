@@ -337,3 +337,24 @@ def test_a_hup_that_turns_record_metrics_on_then_off_takes_effect(daemon, produc
     assert jobs_of(scrape(port), "queued_jobs_processed_total") == {("MetricsOk", "default"): 3}
     assert redis_metrics(r)[0].get("MetricsOk|p") == 3
     assert d.stop() == 0
+
+
+def test_every_job_whose_ack_went_out_is_counted_while_a_later_one_runs(daemon, producer, r):
+    from ackjobs import Step, reserved_jids
+    port = free_port()
+    # Given one worker whose batches grow however long its jobs take (as in test_logs.py's
+    # done-line test), jobs of 2 ms (so the acks of a batch's finished jobs go out every 20 ms
+    # inside it), and the 60th, 28 jobs into a batch of 32, waiting on a gate
+    jids = Step.perform_bulk([[i, "step" if i == 59 else None, 0.002] for i in range(100)])
+    d = daemon(require=("ackjobs.py", "jobmods/long_batches.py"), concurrency=1,
+               metrics=f"127.0.0.1:{port}")
+    # When the gated job runs
+    wait_for(lambda: r.hexists(jobs.RUNS, jids[59]), 10, what="the gated job running")
+    # Then every job before it whose ack went out is counted already (a kill -9 now loses no
+    # count of a job it does not run again); the batches before its own are 31 jobs
+    acked = set(jids[:59]) - set(reserved_jids(r))
+    processed = jobs_of(scrape(port), "queued_jobs_processed_total")[("Step", "default")]
+    assert len(acked) > 31 and processed >= len(acked), (processed, len(acked))
+    jobs.open_gate(r, "step")
+    wait_for(lambda: r.hlen(jobs.RUNS) == 100, 10, what="every job run")
+    assert d.stop() == 0
