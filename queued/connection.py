@@ -89,9 +89,9 @@ class _SentinelConnection(redis.sentinel.SentinelManagedConnection):
 # through its Encoder: for a worker's reserve call (a member per ack, a queue order per job) that
 # was ~8,000 instructions per job (issue 18). hiredis packs bytes, int and str itself, exactly
 # as the Encoder writes them (str as UTF-8, strict; an int in decimal), so commands made only of
-# those go to it whole; anything else (a float, whose text differs, a memoryview, a command
-# name with a space, which redis-py splits) and every command of a connection whose encoder is
-# not UTF-8 strict are redis-py's.
+# those go to it whole. Anything else is redis-py's: a float (redis-py writes its repr, which
+# hiredis 3.5 writes too but no version promises), a memoryview, a command name with a space
+# (redis-py splits it), and every command of a connection whose encoder is not UTF-8 strict.
 
 try:
     from hiredis import pack_command as hiredis_pack

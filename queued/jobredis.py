@@ -49,7 +49,8 @@ from .connection import PACKED_AS_IS, hiredis_pack as _hiredis_pack
 
 #: Argument types hiredis packs exactly as redis-py's Encoder does, for a UTF-8, strict
 #: encoder (connection.py) and for any other (whose str arguments _pack_slowly encodes
-#: first); a float is always encoded first (with repr, the Encoder's way: hiredis has its own).
+#: first); a float is always encoded first, with repr as the Encoder does (hiredis 3.5 writes
+#: the same text, but no hiredis version promises it).
 _PASSED = {("utf-8", "strict"): PACKED_AS_IS}
 _BYTES = frozenset((bytes, int))
 

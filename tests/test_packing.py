@@ -42,7 +42,7 @@ def test_commands_of_bytes_str_and_int_pack_as_redis_py_packs_them_and_go_to_hir
 
 
 @pytest.mark.parametrize("commands", [
-    [("SET", "k", 1.5)],                       # hiredis writes a float its own way
+    [("SET", "k", 1.5)],                       # a float: redis-py's repr, not hiredis's
     [("SET", "k", memoryview(b"v"))],          # redis-py sends these without a copy
     [("CLIENT SETNAME", "x")],                 # redis-py splits a name with a space
     [("SET", "k", True)],                      # redis-py refuses it (DataError)
