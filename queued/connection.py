@@ -90,8 +90,9 @@ class _SentinelConnection(redis.sentinel.SentinelManagedConnection):
 # was ~8,000 instructions per job (issue 18). hiredis packs bytes, int and str itself, exactly
 # as the Encoder writes them (str as UTF-8, strict; an int in decimal), so commands made only of
 # those go to it whole. Anything else is redis-py's: a float (redis-py writes its repr, which
-# hiredis 3.5 writes too but no version promises), a memoryview, a command name with a space
-# (redis-py splits it), and every command of a connection whose encoder is not UTF-8 strict.
+# hiredis 3.5 writes too but no version promises), a memoryview, a command name that is not all
+# ASCII letters (redis-py splits it at whitespace, sends nothing for an empty one), and every
+# command of a connection whose encoder is not UTF-8 strict.
 
 try:
     from hiredis import pack_command as hiredis_pack
@@ -109,8 +110,8 @@ def pack_commands(conn: Any, commands: Sequence[tuple]) -> list:
         return conn.pack_commands(commands)
     out = []
     for command in commands:
-        name = command[0]
-        if name.__class__ is not str or " " in name:
+        name = command[0]  # (see jobredis.JobRedis._pack: a name redis-py would not split)
+        if name.__class__ is not str or not (name.isalpha() and name.isascii()):
             return conn.pack_commands(commands)
         for arg in command:
             if arg.__class__ not in PACKED_AS_IS:

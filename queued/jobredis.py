@@ -21,8 +21,9 @@ a READONLY reply from a demoted master for a broken connection, as redis-py's do
 connection's lock (threads a job starts share the connection one command at a time). Anything
 else goes to redis-py's own path unchanged: a command with options other than ``keys`` (which
 only client-side caching reads), an argument that is not str, bytes, int or float (redis-py
-raises DataError for a bool or None), a command name with a space, and every command of a
-client set up for RESP3, client-side caching, health checks, or without hiredis. Pipelines,
+raises DataError for a bool or None), a command name that is not all ASCII letters (redis-py
+splits one at whitespace: JSON.SET goes its way too), and every command of a client set up for
+RESP3, client-side caching, health checks, or without hiredis. Pipelines,
 Pub/Sub, locks and scripts are redis-py's, as before.
 
 Before each command one poll tells whether the server closed the connection while it idled (a
@@ -84,12 +85,18 @@ class JobRedis(redis_lib.Redis):
             else:
                 try:
                     _send(sock, packed)
-                    response = read(conn)
-                except ResponseError:
-                    raise  # (an error reply, read whole: the connection is in step)
                 except BaseException as e:  # noqa: BLE001 - the connection goes with any error
                     conn.disconnect()
-                    response = _retried(conn, packed, read, _as_redis_error(e))
+                    response = _retried(conn, packed, read, _as_redis_error(e, conn, True))
+                else:
+                    try:
+                        response = read(conn)
+                    except ResponseError:
+                        raise  # (an error reply, read whole: the connection is in step)
+                    except BaseException as e:  # noqa: BLE001 - as above
+                        conn.disconnect()
+                        response = _retried(conn, packed, read,
+                                            _as_redis_error(e, conn, False))
         if isinstance(response, ResponseError):  # (the parser returns error replies)
             raise response
         callback = self.response_callbacks.get(args[0])
@@ -108,7 +115,10 @@ class JobRedis(redis_lib.Redis):
         """The command as redis-py's Encoder would write it, in one buffer; None for anything
         the short path leaves to redis-py."""
         name = args[0]
-        if name.__class__ is not str or " " in name:
+        # (redis-py splits a name at any whitespace, sends none for an empty one and encodes
+        # it as UTF-8 whatever the client's encoding: a name of ASCII letters needs none of it;
+        # one with a dot, JSON.SET say, goes to redis-py's path)
+        if name.__class__ is not str or not (name.isalpha() and name.isascii()):
             return None
         passed = self._passed
         for arg in args:
@@ -118,8 +128,8 @@ class JobRedis(redis_lib.Redis):
 
     def _pack_slowly(self, args: tuple) -> bytes | None:
         encoding, errors = self.short_path
-        out = []
-        for arg in args:
+        out = [args[0].encode()]
+        for arg in args[1:]:
             kind = arg.__class__
             if kind is str:
                 out.append(arg.encode(encoding, errors))
@@ -147,14 +157,21 @@ def _send(sock: socket.socket, packed: bytes) -> None:
         sock.sendall(memoryview(packed)[sent:])
 
 
-def _as_redis_error(error: BaseException) -> BaseException:
+def _as_redis_error(error: BaseException, conn: Any, writing: bool) -> BaseException:
     """An error of a socket call as redis-py's connection raises it (a timeout, a broken
-    connection); any other exception as it is."""
+    connection, with redis-py's words); any other exception as it is."""
+    if not isinstance(error, OSError):
+        return error
+    if writing:
+        if isinstance(error, socket.timeout):
+            return redis_lib.TimeoutError("Timeout writing to socket")
+        return redis_lib.ConnectionError(
+            f"Error {error.errno if error.errno is not None else 'UNKNOWN'} while writing to "
+            f"socket. {error.strerror or error}.")
+    where = conn._host_error() if hasattr(conn, "_host_error") else "the socket"
     if isinstance(error, socket.timeout):
-        return redis_lib.TimeoutError("Timeout on the job connection")
-    if isinstance(error, OSError):
-        return redis_lib.ConnectionError(f"Error on the job connection: {error}")
-    return error
+        return redis_lib.TimeoutError(f"Timeout reading from {where}")
+    return redis_lib.ConnectionError(f"Error while reading from {where} : {error.args}")
 
 
 def _retried(conn: Any, packed: bytes, read: Callable[[Any], Any],
@@ -175,7 +192,7 @@ def _retried(conn: Any, packed: bytes, read: Callable[[Any], Any],
             raise
         except BaseException as e:  # noqa: BLE001 - as execute_command
             conn.disconnect()
-            raise _as_redis_error(e) from e
+            raise _as_redis_error(e, conn, False) from e
 
     return conn.retry.call_with_retry(attempt, lambda error: conn.disconnect())
 

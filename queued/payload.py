@@ -151,13 +151,17 @@ def loads(raw: str | bytes) -> dict:
                 f"payload is not valid UTF-8 ({e.reason} at byte {e.start})") from None
     try:
         msg, end = _scan(raw, 0)
-    except (StopIteration, ValueError):  # (whitespace first, or not JSON: said below)
+    except (StopIteration, ValueError, RecursionError):  # (said below)
         end = -1
     if end != len(raw):
         try:
             msg = _decoder.decode(raw)
         except ValueError as e:
             raise PayloadError(f"payload is not valid JSON: {e}") from None
+        except RecursionError:
+            # (arrays or objects nested thousands deep: it crashed the worker, which put it
+            # back at the head of its queue, where it blocked every job behind it)
+            raise PayloadError("payload nests deeper than the JSON parser reads") from None
     if not isinstance(msg, dict):
         raise PayloadError(f"payload is JSON {type(msg).__name__}, not an object")
     return msg

@@ -109,6 +109,37 @@ def _value(r, key):
     return read[r.type(key)](key)
 
 
+@pytest.mark.parametrize("name", ["CONFIG\tGET", "CONFIG\nGET", "config get"])
+def test_a_command_name_redis_py_splits_goes_its_way(jr, r, redis_py_calls, name):
+    # (redis-py splits a name at any whitespace; the short path takes names of letters only)
+    assert jr.execute_command(name, "maxmemory") == r.execute_command(name, "maxmemory")
+    assert redis_py_calls == [name, name]
+
+
+def test_a_client_with_another_encoding_writes_and_reads_as_redis_py(redis_url, r):
+    url = f"{redis_url}?encoding=utf-16"
+    jr, plain = dedicated(redis_lib.Redis.from_url(url)), redis_lib.Redis.from_url(url)
+    assert jr.short_path == ("utf-16", "strict")
+    assert jr.set("k\u00e9", "v\u00e9") is True and plain.set("p\u00e9", "v\u00e9") is True
+    assert jr.get("k\u00e9") == plain.get("p\u00e9") == "v\u00e9".encode("utf-16")
+    assert r.exists("k\u00e9".encode("utf-16")) == 1
+    jr.close()
+    plain.close()
+
+
+def test_a_read_past_the_socket_timeout_raises_redis_pys_error(redis_url):
+    url = f"{redis_url}?socket_timeout=0.2"
+    jr, plain = dedicated(redis_lib.Redis.from_url(url)), redis_lib.Redis.from_url(url)
+    with pytest.raises(redis_lib.TimeoutError) as theirs:
+        plain.blpop(["nothing"], 2)
+    with pytest.raises(redis_lib.TimeoutError) as mine:
+        jr.blpop(["nothing"], 2)
+    assert str(mine.value) == str(theirs.value)
+    assert jr.connection._sock is None
+    jr.close()
+    plain.close()
+
+
 def test_commands_with_options_go_to_redis_pys_path(jr, redis_py_calls):
     jr.zadd("z", {"a": 1, "b": 2})
     assert jr.zrange("z", 0, -1, withscores=True) == [(b"a", 1.0), (b"b", 2.0)]

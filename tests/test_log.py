@@ -339,3 +339,33 @@ def test_after_a_failed_write_done_lines_go_through_logging(logfile, monkeypatch
     joblog.done(("X", "b" * 24, 0.5, "q"))
     joblog.flush()
     assert lines(logfile) == [f" class=X jid={'b' * 24} elapsed=0.500 INFO queued.worker: done"]
+
+
+def test_lines_written_while_the_worker_binds_again_are_all_written_once(logfile):
+    """A worker of many jobs at once binds its done lines again after a log reopen (USR2)
+    while its job threads write them: binding cleared the handler first, and a thread's line
+    then raised and was lost (RT10)."""
+    import threading
+    logfile, ours = logfile
+    ours()
+    joblog = logsetup.JobLog("queued.worker", locked=True)
+    joblog.bind()
+    errors = []
+
+    def write(t):
+        for i in range(2000):
+            try:
+                joblog.done(("X", f"{t}-{i:020d}", 0.001, "q"))
+            except Exception as e:  # noqa: BLE001 - what the test counts
+                errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        joblog.flush()
+        joblog.bind()
+    joblog.flush()
+    assert errors == []
+    written = lines(logfile)
+    assert len(written) == len(set(written)) == 8000

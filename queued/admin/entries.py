@@ -46,7 +46,7 @@ class Entry:
         element sent to dead as it came)."""
         try:
             msg = json.loads(self.raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # (RecursionError: nested thousands deep)
             return None
         return msg if isinstance(msg, dict) else None
 

@@ -76,7 +76,7 @@ def _failure(member: bytes, score: float,
     for a payload without either."""
     try:
         msg = json.loads(member)
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: nested thousands deep)
         msg = None
     if not isinstance(msg, dict):
         return "?", "", "", score if set_name == "dead" else None

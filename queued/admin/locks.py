@@ -74,7 +74,7 @@ def release_taken(r: redis_lib.Redis, keys: Keys, snap: Snapshot,
 def _parsed(member: bytes) -> dict | None:
     try:
         msg = json.loads(member)
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: nested thousands deep)
         return None
     return msg if isinstance(msg, dict) else None
 

@@ -225,7 +225,7 @@ def latency_of(oldest: bytes | None, now: float | None = None) -> float:
     now = time.time() if now is None else now
     try:
         msg = json.loads(oldest)
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: nested thousands deep)
         return 0.0
     enqueued = to_epoch(msg.get("enqueued_at")) if isinstance(msg, dict) else None
     return max(0.0, now - enqueued) if enqueued is not None else 0.0

@@ -356,18 +356,24 @@ class JobLog:
 
     def bind(self) -> None:
         """Write directly when queued's own handler is the only one and INFO lines of this
-        logger would be written; else use logging."""
-        self.handler, self.pid = None, os.getpid()
-        self.done = self._logged
+        logger would be written; else use logging. (A worker of many jobs at once binds again
+        after a log reopen, USR2, while its job threads write lines: what a line reads is set
+        before the handler, and the handler is never cleared on the way, so a line is made with
+        the binding before or the one after. Clearing it first lost lines: RT10.)"""
+        pid = os.getpid()
         handler = own_handler()
         if handler is None or direct_fd() is None or not self.logger.isEnabledFor(logging.INFO) \
                 or handler.level > logging.INFO or not self._plain(self.logger):
+            self.handler, self.pid = None, pid
+            self.done = self._logged
             return
-        self.handler, self.formatter = handler, handler.formatter
+        formatter = handler.formatter
+        structured = isinstance(formatter, JsonFormatter)
+        self.middle = (formatter.middle(pid, "INFO", self.name, "") if structured
+                       else f" pid={pid} tid={formatter.tid}")
+        self.formatter, self.structured, self.pid = formatter, structured, pid
+        self.handler = handler
         self.done = self._add_locked if self.locked else self._add
-        self.structured = isinstance(handler.formatter, JsonFormatter)
-        self.middle = (handler.formatter.middle(self.pid, "INFO", self.name, "")
-                       if self.structured else f" pid={self.pid} tid={handler.formatter.tid}")
 
     @staticmethod
     def _plain(logger: logging.Logger) -> bool:

@@ -177,9 +177,10 @@ class HeldRecorder(Recorder):
     memory and written to its region by ``flush``, which the worker calls where it writes the
     done lines of its finished jobs (when a batch ends, and with the acks sent inside one:
     Runner.flush_ends). Eight-byte stores into shared memory were a tenth of a no-op job's
-    instructions (issue 18); a batch's jobs now share one write per (class, queue). As with
-    the done lines, a kill -9 loses only the counts of finished jobs whose acks had not gone
-    out either: those run again, and are counted then."""
+    instructions (issue 18); a batch's jobs now share one write per (class, queue). The
+    runner flushes at once after any end but a success (written at once, not with the acks).
+    As with the done lines, a kill -9 loses only the counts of jobs that succeeded and whose
+    acks had not gone out either: those run again, and are counted then."""
 
     def __init__(self, table: MetricsTable, region: int):
         super().__init__(table, region)

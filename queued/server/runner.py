@@ -345,6 +345,10 @@ class Runner:
             self.recorder.record(msg, res.queue, elapsed,
                                  error is not None and not isinstance(error, ops.Release)
                                  and not rescheduled(error))
+            if error is not None:
+                # (any end but a success was written at once, not with the acks: its counts
+                # go out now too, or a kill -9 would lose them with nothing to run again)
+                self.recorder.flush()
         return hook
 
     def _done(self, run: _Run, lane: Lane, error: BaseException | None,

@@ -179,3 +179,29 @@ def test_a_payload_over_max_payload_bytes_is_refused_into_dead(daemon, producer,
     report("a 2 MB payload with max_payload_bytes: 1000000, among a 0.9 MB one and 100 "
            "ordinary jobs", 102, f"{len(tally.run)}; the 2 MB one in dead", len(tally.lost),
            len(tally.twice), "at once, with a log line naming the size and the limit")
+
+
+def test_a_payload_nested_too_deep_to_parse_goes_to_dead_and_blocks_nothing(daemon, producer, r):
+    """An element nested 100,000 deep: the JSON parser recurses past Python's limit. It
+    crashed the worker, which put it back at the head of its queue, where it blocked every job
+    behind it for ever; the operator's reads of it raised."""
+    from queued import api
+    deep = b"[" * 100_000 + b"]" * 100_000
+    admin = api.Admin(url=producer.url)
+    # Given a queue whose oldest element is such a payload (the Queues page reads its latency)
+    producer.push_raw("default", deep)
+    assert admin.queue("default").latency() == 0.0
+    good = faultjobs.Tick.perform_bulk([[i] for i in range(20)])
+    # When a daemon serves the queue
+    d = daemon(require=JOBS, concurrency=1)
+    # Then the payload is in dead as it came, with the reason logged, and every job behind it
+    # ran once, with no worker crash
+    wait_for(lambda: done_count(r) == len(good), 15, what="the jobs behind it")
+    assert [m for m, _ in zmembers(r, "dead")] == [deep]
+    assert len(log_lines(d.output(), "unusable payload sent to dead: payload nests deeper "
+                                     "than the JSON parser reads")) == 1
+    assert "Traceback" not in d.output() and "crashed" not in d.output()
+    # And the operator's listing of dead shows it as an element that is no job
+    (entry,) = admin.dead.page(0, 10)
+    assert entry.raw == deep and entry.msg is None and entry.jid == ""
+    assert d.stop() == 0
