@@ -103,6 +103,20 @@ except ImportError:  # (hiredis older than 2.1, or absent)
 PACKED_AS_IS = frozenset((bytes, str, int))
 
 
+def hiredis_packs(command: Sequence, passed: frozenset = PACKED_AS_IS) -> bool:
+    """Whether hiredis writes ``command`` as redis-py would: a name redis-py would neither
+    split (it splits one at any whitespace and sends nothing for an empty one) nor encode
+    otherwise than UTF-8 (ASCII letters, so JSON.SET is redis-py's), and arguments of the
+    ``passed`` types only (``(name,)`` asks about the name alone)."""
+    name = command[0]
+    if name.__class__ is not str or not (name.isalpha() and name.isascii()):
+        return False
+    for arg in command:
+        if arg.__class__ not in passed:
+            return False
+    return True
+
+
 def pack_commands(conn: Any, commands: Sequence[tuple]) -> list:
     """``conn.pack_commands(commands)``: the same bytes, for ``conn.send_packed_command``."""
     encoder = conn.encoder
@@ -110,12 +124,8 @@ def pack_commands(conn: Any, commands: Sequence[tuple]) -> list:
         return conn.pack_commands(commands)
     out = []
     for command in commands:
-        name = command[0]  # (see jobredis.JobRedis._pack: a name redis-py would not split)
-        if name.__class__ is not str or not (name.isalpha() and name.isascii()):
+        if not hiredis_packs(command):
             return conn.pack_commands(commands)
-        for arg in command:
-            if arg.__class__ not in PACKED_AS_IS:
-                return conn.pack_commands(commands)
         out.append(hiredis_pack(command))
     return [b"".join(out)] if len(out) > 1 else out
 

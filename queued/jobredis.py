@@ -46,13 +46,12 @@ import redis as redis_lib
 from redis.connection import Connection
 from redis.exceptions import ResponseError
 
-from .connection import PACKED_AS_IS, hiredis_pack as _hiredis_pack
+from .connection import PACKED_AS_IS, hiredis_pack as _hiredis_pack, hiredis_packs
 
-#: Argument types hiredis packs exactly as redis-py's Encoder does, for a UTF-8, strict
-#: encoder (connection.py) and for any other (whose str arguments _pack_slowly encodes
-#: first); a float is always encoded first, with repr as the Encoder does (hiredis 3.5 writes
-#: the same text, but no hiredis version promises it).
-_PASSED = {("utf-8", "strict"): PACKED_AS_IS}
+#: Argument types hiredis packs as they are for an encoder that is not UTF-8 strict (its str
+#: arguments _pack_slowly encodes first; for a UTF-8 strict one: connection.PACKED_AS_IS). A
+#: float is always encoded first, with repr as the Encoder does (hiredis 3.5 writes the same
+#: text, but no hiredis version promises it).
 _BYTES = frozenset((bytes, int))
 
 
@@ -62,7 +61,7 @@ class JobRedis(redis_lib.Redis):
     #: (encoding, errors) of its encoder when its connection suits the short path
     #: (``short_path_for``), else None: every command goes to redis-py's own path.
     short_path: tuple[str, str] | None = None
-    _passed: frozenset = _BYTES  # argument types packed as they are (_PASSED)
+    _passed: frozenset = _BYTES  # argument types packed as they are (see _BYTES)
     _read: Callable[[Any], Any] = None  # a reply off the connection (_reader)
     _polled: socket.socket | None = None  # the socket _poller watches
     _poller: Any = None
@@ -113,20 +112,14 @@ class JobRedis(redis_lib.Redis):
 
     def _pack(self, args: tuple) -> bytes | None:
         """The command as redis-py's Encoder would write it, in one buffer; None for anything
-        the short path leaves to redis-py."""
-        name = args[0]
-        # (redis-py splits a name at any whitespace, sends none for an empty one and encodes
-        # it as UTF-8 whatever the client's encoding: a name of ASCII letters needs none of it;
-        # one with a dot, JSON.SET say, goes to redis-py's path)
-        if name.__class__ is not str or not (name.isalpha() and name.isascii()):
-            return None
-        passed = self._passed
-        for arg in args:
-            if arg.__class__ not in passed:
-                return self._pack_slowly(args)
-        return _hiredis_pack(args)
+        the short path leaves to redis-py (connection.hiredis_packs says what hiredis packs)."""
+        if hiredis_packs(args, self._passed):
+            return _hiredis_pack(args)
+        return self._pack_slowly(args) if hiredis_packs(args[:1]) else None
 
     def _pack_slowly(self, args: tuple) -> bytes | None:
+        """A command of a plain name whose arguments are encoded here first: a float, or
+        a str of an encoder that is not UTF-8 strict."""
         encoding, errors = self.short_path
         out = [args[0].encode()]
         for arg in args[1:]:
@@ -270,6 +263,6 @@ def dedicated(client: redis_lib.Redis) -> JobRedis:
         single_connection_client=True)
     job.short_path = short_path_for(job)
     if job.short_path is not None:
-        job._passed = _PASSED.get(job.short_path, _BYTES)
+        job._passed = PACKED_AS_IS if job.short_path == ("utf-8", "strict") else _BYTES
         job._read = _reader(job.connection)
     return job

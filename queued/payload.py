@@ -167,6 +167,17 @@ def loads(raw: str | bytes) -> dict:
     return msg
 
 
+def json_object(raw: str | bytes) -> dict | None:
+    """What an operator's tool reads of an element Redis holds: the JSON object it is, or None
+    (not JSON, nested too deep for the parser, or JSON of another kind). Plain JSON, unlike
+    ``loads``: an element the daemon refused is still shown as far as it reads."""
+    try:
+        msg = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return msg if isinstance(msg, dict) else None
+
+
 def validate(msg: dict) -> None:
     """Check the fields a server needs; raise PayloadError naming the first problem."""
     cls = msg.get("class")

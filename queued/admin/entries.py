@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any, Iterable
 
 from .. import activejob
-from ..payload import job_class_name, queue_of, to_epoch
+from ..payload import job_class_name, json_object, queue_of, to_epoch
 from ..tracking import TASK_FIELD
 from .ctltext import as_json_text, shown_json
 from .names import to_key
@@ -44,11 +44,7 @@ class Entry:
     def msg(self) -> dict | None:
         """The job as a dict, or None when the member is not a JSON object (an unusable
         element sent to dead as it came)."""
-        try:
-            msg = json.loads(self.raw)
-        except (ValueError, RecursionError):  # (RecursionError: nested thousands deep)
-            return None
-        return msg if isinstance(msg, dict) else None
+        return json_object(self.raw)
 
     def _get(self, key: str, default: Any = None) -> Any:
         msg = self.msg

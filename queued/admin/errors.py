@@ -8,11 +8,10 @@ wrapped class, a display_class), so Rails jobs group under their own names, not 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..payload import job_class_name, to_epoch
+from ..payload import job_class_name, json_object, to_epoch
 from .entries import text_of
 from .jobsets import JobSet
 
@@ -74,11 +73,8 @@ def _failure(member: bytes, score: float,
     time is the payload's last failure (``retried_at``, else ``failed_at``): a retry's score
     is when it runs next, not when it failed; a dead job's score (when it died) stands in
     for a payload without either."""
-    try:
-        msg = json.loads(member)
-    except (ValueError, RecursionError):  # (RecursionError: nested thousands deep)
-        msg = None
-    if not isinstance(msg, dict):
+    msg = json_object(member)
+    if msg is None:
         return "?", "", "", score if set_name == "dead" else None
     at = to_epoch(msg.get("retried_at")) or to_epoch(msg.get("failed_at"))
     if at is None and set_name == "dead":

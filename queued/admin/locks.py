@@ -18,7 +18,6 @@ every name) is listed all the same, with what is odd about it in ``trouble``; on
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Iterable
@@ -28,6 +27,7 @@ import redis as redis_lib
 from .. import unique
 from ..connection import Script
 from ..keys import Keys
+from ..payload import json_object
 from .entries import Entry
 from .names import name_of, to_key
 from .snapshot import Snapshot
@@ -67,16 +67,10 @@ def release_taken(r: redis_lib.Redis, keys: Keys, snap: Snapshot,
     for start in range(0, snap.count, CHUNK):
         found = CLEAR_UNIQUE(r, [snap.key], [snap.kind, start, start + CHUNK - 1])
         if found:
-            released += unique.release(r, keys, [_parsed(m) for m in found], queue)
+            released += unique.release(r, keys, [json_object(m) for m in found], queue)
     return released
 
 
-def _parsed(member: bytes) -> dict | None:
-    try:
-        msg = json.loads(member)
-    except (ValueError, RecursionError):  # (RecursionError: nested thousands deep)
-        return None
-    return msg if isinstance(msg, dict) else None
 
 
 class Locks:

@@ -4,7 +4,6 @@ fetch round (the daemon watches the set and wakes its idle workers when it chang
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Callable, Iterator
@@ -12,7 +11,7 @@ from typing import Callable, Iterator
 import redis as redis_lib
 
 from ..connection import Script
-from ..payload import to_epoch
+from ..payload import json_object, to_epoch
 from ..keys import Keys
 from .entries import Entry, Filter
 from .locks import release_removed, release_taken
@@ -223,9 +222,6 @@ def latency_of(oldest: bytes | None, now: float | None = None) -> float:
     if oldest is None:
         return 0.0
     now = time.time() if now is None else now
-    try:
-        msg = json.loads(oldest)
-    except (ValueError, RecursionError):  # (RecursionError: nested thousands deep)
-        return 0.0
-    enqueued = to_epoch(msg.get("enqueued_at")) if isinstance(msg, dict) else None
+    msg = json_object(oldest)
+    enqueued = to_epoch(msg.get("enqueued_at")) if msg is not None else None
     return max(0.0, now - enqueued) if enqueued is not None else 0.0

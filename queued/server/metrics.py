@@ -136,13 +136,7 @@ class Recorder:
         row = self._row_of(msg, queue)
         w, seq = self.w, self.seq
         w[seq] += 1
-        w[row] += 1
-        if failed:
-            w[row + FAILED] += 1
-        else:
-            micros = int(seconds * 1_000_000)
-            w[row + MICROS] += micros
-            w[row + BUCKET0 + bisect_right(_BOUNDS_US, micros)] += 1
+        _count(w, row, seconds, failed)
         w[seq] += 1
 
     def flush(self) -> None:
@@ -172,6 +166,18 @@ class Recorder:
         return row
 
 
+def _count(words, row: int, seconds: float, failed: bool) -> None:
+    """One job's counts added to the row at ``row`` of ``words`` (a region's, or a row of
+    counts held: HeldRecorder). Run time counts for successful jobs only, as Sidekiq's."""
+    words[row + PROCESSED] += 1
+    if failed:
+        words[row + FAILED] += 1
+    else:
+        micros = int(seconds * 1_000_000)
+        words[row + MICROS] += micros
+        words[row + BUCKET0 + bisect_right(_BOUNDS_US, micros)] += 1
+
+
 class HeldRecorder(Recorder):
     """A worker of one job at a time: each job's counts are added up in the worker's own
     memory and written to its region by ``flush``, which the worker calls where it writes the
@@ -191,13 +197,7 @@ class HeldRecorder(Recorder):
         counts = self.held.get(row)
         if counts is None:
             counts = self.held[row] = [0] * WORDS
-        counts[PROCESSED] += 1
-        if failed:
-            counts[FAILED] += 1
-        else:
-            micros = int(seconds * 1_000_000)
-            counts[MICROS] += micros
-            counts[BUCKET0 + bisect_right(_BOUNDS_US, micros)] += 1
+        _count(counts, 0, seconds, failed)
 
     def flush(self) -> None:
         """Write the counts held (one record of the sequence counter for all of them)."""
