@@ -60,11 +60,8 @@ def derived_jid(raw: bytes) -> str:
 def jid_of(raw: bytes) -> str | None:
     """The jid a worker runs this payload under: its own, or derived_jid for a JSON object
     without one; None if it is not a job at all."""
-    try:
-        msg = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(msg, dict):
+    msg = json_object(raw)
+    if msg is None:
         return None
     jid = msg.get("jid", None)
     if jid is None and "jid" not in msg:

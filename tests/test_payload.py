@@ -108,6 +108,8 @@ def test_a_job_without_a_jid_is_valid_and_runs_under_one_made_from_its_bytes():
     assert payload.jid_of(raw) == jid == payload.derived_jid(raw)
     assert payload.jid_of(b'{"class":"X","args":[1],"jid":"abc"}') == "abc"
     assert payload.jid_of(b"[1]") is None and payload.jid_of(b"nope") is None
+    # nested deeper than the parser reads: no job (the master's running-set reader calls this)
+    assert payload.jid_of(b"[" * 100_000 + b"]" * 100_000) is None
 
 
 # --- dumps ------------------------------------------------------------------------------------
