@@ -76,35 +76,43 @@ class Daemon:
         os.unlink(self.cfg)
 
 
-def run_jobs(url, n, concurrency, extra, sink=None, task=False, job=None) -> dict:
-    """``n`` jobs of ``job`` (bench_jobs.BenchJob: a no-op) pushed in bulk, in one queued.Task
-    if ``task``, then a daemon started on them. Returns ``rate`` (jobs/s after the warm-up,
-    benchlib.rates), ``worker_us`` (the workers' CPU per job after the warm-up, from the
-    scheduler's account: less at the mercy of the host's other processes than jobs/s) and ``redis_us`` (Redis's CPU per job,
-    INFO cpu from the daemon's start to the last job's finish); with ``task``, ``progress``:
-    the task's counts once the daemon has stopped."""
+def run_jobs(url, n, concurrency, extra, sink=None, task=False, job=None, stamps=None,
+             more=()) -> dict:
+    """``n`` jobs of ``job`` (bench_jobs.BenchJob: a no-op; each given ``n`` and ``more``)
+    pushed in bulk, in one queued.Task if ``task``, then a daemon started on them. Returns
+    ``rate`` (jobs/s after the warm-up, benchlib.rates), ``worker_us`` (the workers' CPU per
+    job after the warm-up, from the scheduler's account: less at the mercy of the host's other
+    processes than jobs/s) and ``redis_us`` (Redis's CPU per job, INFO cpu from the daemon's
+    start to the last job's finish); with ``task``, ``progress``: the task's counts once the
+    daemon has stopped. With ``stamps`` (a benchlib.Stamps whose directory the job is given in
+    ``more``), the jobs' finishes are read from it instead of their Redis keys."""
     r = redis.Redis.from_url(url)
     r.flushall()
     made = queued.Task("bench") if task else None
     if made:
         with made:
-            push_bulk(n, job)
+            push_bulk(n, job, more)
     else:
-        push_bulk(n, job)
+        push_bulk(n, job, more)
     cpu0 = redis_cpu(r)
     d = Daemon(url, concurrency, extra, stderr=sink.child if sink else subprocess.DEVNULL)
     try:
         # the workers' CPU in steady state: from the end of the warm-up (its jobs and the
         # workers' start vary by more than a log line costs) to the last job
-        wait_key(r, "bench:warm")
-        busy0, done0 = sum(cpu_seconds(p) for p in d.workers()), int(r.get("bench:done"))
-        wait_key(r, "bench:last")
+        if stamps is None:
+            wait_key(r, "bench:warm")
+            busy0, done0 = sum(cpu_seconds(p) for p in d.workers()), int(r.get("bench:done"))
+            wait_key(r, "bench:last")
+        else:
+            stamps.wait(n // 10)
+            busy0, done0 = sum(cpu_seconds(p) for p in d.workers()), stamps.count()
+            stamps.wait(n)
         redis_us = (redis_cpu(r) - cpu0) / n * 1e6
         workers = sum(cpu_seconds(p) for p in d.workers()) - busy0
     finally:
         d.stop()
-    out = {"rate": rates(r, n)[0], "worker_us": workers / max(n - done0, 1) * 1e6,
-           "redis_us": redis_us}
+    rate = (rates(r, n) if stamps is None else stamps.rates(n))[0]
+    out = {"rate": rate, "worker_us": workers / max(n - done0, 1) * 1e6, "redis_us": redis_us}
     if made:
         out["progress"] = made.progress()
     return out

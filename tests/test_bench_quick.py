@@ -67,3 +67,37 @@ def test_cat_sink_counts_the_lines_a_child_wrote_to_stderr():
     subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('a\\nb\\nc\\n' * 1000)"],
                    stderr=sink.child, check=True)
     assert sink.close() == 3000
+
+
+def test_stamps_count_the_finishes_cpu_jobs_wrote_and_give_rates_from_them():
+    import bench_jobs
+    from benchlib import Stamps
+    stamps = Stamps()
+    try:
+        kids = []
+        for _ in range(2):  # two processes, as two workers: a file each
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    for _ in range(5):
+                        bench_jobs.CpuJob.perform(None, 10, 0.01, stamps.dir)
+                finally:
+                    os._exit(0)
+            kids.append(pid)
+        for pid in kids:
+            assert os.waitpid(pid, 0)[1] == 0
+        assert len(os.listdir(stamps.dir)) == 2
+        assert stamps.count() == 10 and len(stamps.times()) == 10
+        # rates as benchlib.rates: after the warm-up (the tenth job's finish to the last's)
+        for name in os.listdir(stamps.dir):
+            os.unlink(os.path.join(stamps.dir, name))
+        with open(os.path.join(stamps.dir, "1"), "wb") as f:
+            f.write(b"".join(b"%.6f\n" % (1_800_000_000 + i / 4) for i in range(0, 20, 2)))
+        with open(os.path.join(stamps.dir, "2"), "wb") as f:
+            f.write(b"".join(b"%.6f\n" % (1_800_000_000 + i / 4) for i in range(1, 20, 2)))
+        assert stamps.count() == 20
+        # 20 jobs, every 0.25 s: the 2nd (index 1) ends the warm-up, the last is at 4.75 s
+        assert stamps.rates(20) == (18 / 4.5, 20 / 4.75)
+    finally:
+        stamps.close()
+    assert not os.path.exists(stamps.dir)
