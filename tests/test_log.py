@@ -319,6 +319,36 @@ def test_the_done_lines_stamp_is_the_stamp_logging_writes(logfile, monkeypatch):
                    "2027-01-15T08:00:02.250Z"]
 
 
+def test_a_head_kept_within_its_millisecond_is_the_stamp_of_every_line(logfile, monkeypatch):
+    # JobLog keeps a line's head while the clock reads within the millisecond it names: the
+    # lines read around millisecond boundaries, a clock stepped back and another lane must
+    # each carry the stamp a fresh formatter gives that reading, and the head must be reused
+    logfile, ours = logfile
+    ours()
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    made = []
+    real_head = joblog._head
+    monkeypatch.setattr(joblog, "_head", lambda now, lane: made.append(now) or real_head(now, lane))
+    base = 1_800_000_000.0
+    times = [base + 0.123, base + 0.1234, base + 0.123999, base + 0.1239999, base + 0.124,
+             base + 0.122, base + 0.999999, base + 1.0000001]
+    times += [base + 5 + i * 1.3e-6 for i in range(3000)]  # across four boundaries
+    for now in times:
+        monkeypatch.setattr(logsetup.time, "time", lambda now=now: now)
+        joblog.done(("X", "j", 0.0, "q"))
+    logsetup.set_lane(2)
+    joblog.done(("X", "j", 0.0, "q"))  # (the clock as the last line's: another lane's head)
+    logsetup.set_lane(0)
+    joblog.done(("X", "j", 0.0, "q"))
+    joblog.flush()
+    got = logfile.read_text().splitlines()
+    want = [logsetup.Formatter("w3").stamp(t) for t in times + [times[-1]] * 2]
+    assert [x[:24] for x in got] == want
+    assert got[-2].split()[2] == "tid=w3-2" and got[-1].split()[2] == "tid=w3"
+    assert 8 < len(made) < 40  # (the head made anew per millisecond, not per line)
+
+
 def test_after_a_failed_write_done_lines_go_through_logging(logfile, monkeypatch):
     # Given done lines held, and a write that fails (a full disk)
     logfile, ours = logfile

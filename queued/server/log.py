@@ -353,6 +353,11 @@ class JobLog:
         self.pid = os.getpid()
         self.middle = ""      # what follows the time, up to the lane (see bind)
         self._fields = ("", "", "")  # (class, queue, their json text): they repeat
+        # A line's head (its time to the millisecond, pid, tid and lane) is kept while the
+        # clock reads within [_lo, _hi), where it is the same text (see _head).
+        self._lo = self._hi = 0.0
+        self._head_text = ""
+        self._head_lane = ""
 
     def bind(self) -> None:
         """Write directly when queued's own handler is the only one and INFO lines of this
@@ -372,6 +377,7 @@ class JobLog:
         self.middle = (formatter.middle(pid, "INFO", self.name, "") if structured
                        else f" pid={pid} tid={formatter.tid}")
         self.formatter, self.structured, self.pid = formatter, structured, pid
+        self._hi = 0.0  # (the head is made anew: pid, tid or format changed)
         self.handler = handler
         self.done = self._add_locked if self.locked else self._add
 
@@ -406,32 +412,27 @@ class JobLog:
             handler.release()
 
     def _add(self, job: tuple | None = None) -> None:
-        """The line, as the handler's formatter would write it, made in one f-string. (The
-        stamp's common case, a time within the second the formatter last wrote, a job's json
-        fields and its elapsed time under a second are inlined or looked up here: each
-        method call, and each float's format, was ~5-15 % of a line's cost.)"""
-        pending = self.handler.pending
+        """The line, as the handler's formatter would write it, made in one f-string from its
+        head (kept while the millisecond it names lasts: _head) and the job's fields (a job's
+        json fields and its elapsed time under a second looked up: each method call, and each
+        float's format, was ~5-15 % of a line's cost)."""
         now = time.time()
-        formatter = self.formatter
-        fraction = now - formatter._second
-        if not 0.0 <= fraction < 1.0:
-            formatter.stamp(now)  # (the second's text made anew)
-            fraction = now - formatter._second
-        millis = _MILLIS[int(fraction * 1000)]
         lane = _lane.get()
+        if self._lo <= now < self._hi and lane == self._head_lane:
+            head = self._head_text
+        else:
+            head = self._head(now, lane)
+        pending = self.handler.pending
         if job is None:
-            pending.append(self._from_context(formatter._text + millis, lane))
+            pending.append(self._from_context(head))
         elif self.structured:
             job_class, jid, elapsed, queue = job
             cached = self._fields
             if job_class != cached[0] or queue != cached[1]:
                 cached = self._json_fields(job_class, queue)
-            middle = self.middle if not lane else formatter.middle(
-                self.pid, "INFO", self.name, lane)
             pending.append(
-                f'{{"time":"{formatter._text}{millis}"{middle},"jid":'
-                f'{_encode_str(jid) if jid.__class__ is str else _jstr(jid)}{cached[2]},'
-                f'"elapsed":{elapsed:.6f},"message":"done"}}\n')
+                f'{head},"jid":{_encode_str(jid) if jid.__class__ is str else _jstr(jid)}'
+                f'{cached[2]},"elapsed":{elapsed:.6f},"message":"done"}}\n')
         else:
             # (the table's entry is what :.3f writes unless the time is within a millionth of
             # a millisecond of a tie, which :.3f decides on the float's exact value)
@@ -439,22 +440,43 @@ class JobLog:
             scaled = elapsed * 1000.0 + 0.5
             run = int(scaled)
             shown = _ELAPSED[run] if run < 1000 and scaled - run > 1e-6 else f"{elapsed:.3f}"
-            pending.append(f"{formatter._text}{millis}{self.middle}{lane} class={job[0]} "
-                           f"jid={job[1]} elapsed={shown}{self.tail}")
+            pending.append(f"{head} class={job[0]} jid={job[1]} elapsed={shown}{self.tail}")
         if len(pending) >= self.MAX_PENDING:
             self._flush(self.handler)
 
-    def _from_context(self, stamp: str, lane: str) -> str:
+    def _head(self, now: float, lane: str) -> str:
+        """What a line written at ``now`` in ``lane`` starts with: in text its time, pid, tid
+        and lane; in json ``{"time":...`` to the lane's fields. Kept for the clock's readings
+        from ``now`` to a microsecond before the millisecond's end: the text is a function of
+        the reading, and in that span ``int((t - second) * 1000)`` is the same for every t
+        (the subtraction is exact and both steps keep order; the microsecond is four times
+        the rounding of an epoch float; a clock stepped back goes below ``now``, outside)."""
+        formatter = self.formatter
+        fraction = now - formatter._second
+        if not 0.0 <= fraction < 1.0:
+            formatter.stamp(now)  # (the second's text made anew)
+            fraction = now - formatter._second
+        millis = int(fraction * 1000)
+        stamp = formatter._text + _MILLIS[millis]
+        if self.structured:
+            middle = self.middle if not lane else formatter.middle(
+                self.pid, "INFO", self.name, lane)
+            head = f'{{"time":"{stamp}"{middle}'
+        else:
+            head = f"{stamp}{self.middle}{lane}"
+        self._head_text, self._head_lane = head, lane
+        self._lo, self._hi = now, formatter._second + (millis + 1) / 1000 - 1e-6
+        return head
+
+    def _from_context(self, head: str) -> str:
         """A done line from the job context the worker set (``done()`` without figures)."""
         context = _context.get()
         if self.structured:
-            middle = self.middle if not lane else self.formatter.middle(
-                self.pid, "INFO", self.name, lane)
             fields = _fields_json(context) if context.__class__ is tuple else ""
-            return f'{{"time":"{stamp}"{middle}{fields},"message":"done"}}\n'
+            return f'{head}{fields},"message":"done"}}\n'
         if context.__class__ is tuple:
             context = _text(context)
-        return f"{stamp}{self.middle}{lane}{context}{self.tail}"
+        return f"{head}{context}{self.tail}"
 
     def _json_fields(self, job_class, queue) -> tuple:
         """The class and queue's json text (see _fields_json), kept while they repeat."""
