@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 import redis as redis_lib
 from redis.connection import Connection
+from redis.client import CaseInsensitiveDict as _CALLBACKS
 from redis.exceptions import ResponseError
 
 from .connection import PACKED_AS_IS, hiredis_pack as _hiredis_pack, hiredis_packs
@@ -53,6 +54,7 @@ from .connection import PACKED_AS_IS, hiredis_pack as _hiredis_pack, hiredis_pac
 #: float is always encoded first, with repr as the Encoder does (hiredis 3.5 writes the same
 #: text, but no hiredis version promises it).
 _BYTES = frozenset((bytes, int))
+_dict_get = dict.get
 
 
 class JobRedis(redis_lib.Redis):
@@ -98,7 +100,11 @@ class JobRedis(redis_lib.Redis):
                                             _as_redis_error(e, conn, False))
         if isinstance(response, ResponseError):  # (the parser returns error replies)
             raise response
-        callback = self.response_callbacks.get(args[0])
+        callbacks = self.response_callbacks
+        # (redis-py's CaseInsensitiveDict keeps its keys upper-cased: read as its own get()
+        # reads, without that Python method's call; any other mapping through its get)
+        callback = (_dict_get(callbacks, args[0].upper()) if callbacks.__class__ is _CALLBACKS
+                    else callbacks.get(args[0]))
         return response if callback is None else callback(response)
 
     def _closed_while_idle(self, sock: socket.socket) -> bool:

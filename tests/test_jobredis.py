@@ -116,6 +116,21 @@ def test_a_command_name_redis_py_splits_goes_its_way(jr, r, redis_py_calls, name
     assert redis_py_calls == [name, name]
 
 
+def test_response_callbacks_are_applied_as_redis_py_applies_them(jr, r, redis_py_calls):
+    # (the short path reads redis-py's callbacks dict itself: a name in any case, a callback
+    # set on the client, and a mapping put in its place must each give redis-py's answer)
+    r.set("cb", "7")
+    jr.set_response_callback("get", lambda value: ("mine", value))
+    assert jr.execute_command("GET", "cb") == ("mine", b"7")
+    assert jr.execute_command("Get", "cb") == ("mine", b"7")
+    assert jr.execute_command("incrbyfloat", "f", "1") == r.execute_command("incrbyfloat", "g", "1")
+    assert jr.execute_command("TTL", "cb") == -1
+    jr.response_callbacks = {"get": lambda value: ("plain", value)}
+    assert jr.execute_command("get", "cb") == ("plain", b"7")
+    assert jr.execute_command("GET", "cb") == b"7"  # (a plain dict is case-sensitive)
+    assert redis_py_calls == ["SET", "incrbyfloat"]  # (r's own: the job client's took the short path)
+
+
 def test_a_client_with_another_encoding_writes_and_reads_as_redis_py(redis_url, r):
     url = f"{redis_url}?encoding=utf-16"
     jr, plain = dedicated(redis_lib.Redis.from_url(url)), redis_lib.Redis.from_url(url)

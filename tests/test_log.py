@@ -167,11 +167,11 @@ def test_held_done_lines_go_out_at_max_pending(logfile, monkeypatch):
     monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.0)
     joblog = logsetup.JobLog("queued.worker")
     joblog.bind()
-    for i in range(logsetup.JobLog.MAX_PENDING - 1):
+    for i in range(logsetup.MAX_PENDING - 1):
         joblog.done(("X", f"{i:024d}", 0.001, "q"))
     assert logfile.read_text() == ""
     joblog.done(("X", "z" * 24, 0.001, "q"))
-    assert len(lines(logfile)) == logsetup.JobLog.MAX_PENDING
+    assert len(lines(logfile)) == logsetup.MAX_PENDING
 
 
 # --- log_format: json -----------------------------------------------------------------------

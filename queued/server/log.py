@@ -39,6 +39,7 @@ import logging
 import os
 import sys
 import time
+from math import floor
 
 from .tracebacks import format_exception
 
@@ -92,6 +93,9 @@ def job_context(job_class: str, jid: str, elapsed: float | None = None,
     return (jid, job_class, queue, elapsed)
 
 
+#: Done lines held at most before they go out anyway (a long batch of short jobs). (A module
+#: global, not JobLog's: Python 3.11 caches no class attribute read through an instance.)
+MAX_PENDING = 64
 #: ".000Z" ... ".999Z": a time's milliseconds as a line writes them (an index, not a format)
 _MILLIS = tuple(f".{i:03d}Z" for i in range(1000))
 #: "0.000" ... "0.999": a job's elapsed time under a second as a done line writes it
@@ -337,9 +341,6 @@ class JobLog:
     handlers are final (in the worker, after fork, and after a reopen); ``flush()`` when the
     worker's batch ends."""
 
-    #: Lines held at most before they go out anyway (a long batch of short jobs).
-    MAX_PENDING = 64
-
     def __init__(self, name: str = "queued.worker", locked: bool = False):
         #: Jobs end on several threads at once (threads > 1): the held lines are then
         #: touched under the handler's lock, as its own emit() does.
@@ -370,7 +371,6 @@ class JobLog:
         if handler is None or direct_fd() is None or not self.logger.isEnabledFor(logging.INFO) \
                 or handler.level > logging.INFO or not self._plain(self.logger):
             self.handler, self.pid = None, pid
-            self.done = self._logged
             return
         formatter = handler.formatter
         structured = isinstance(formatter, JsonFormatter)
@@ -379,7 +379,6 @@ class JobLog:
         self.formatter, self.structured, self.pid = formatter, structured, pid
         self._hi = 0.0  # (the head is made anew: pid, tid or format changed)
         self.handler = handler
-        self.done = self._add_locked if self.locked else self._add
 
     @staticmethod
     def _plain(logger: logging.Logger) -> bool:
@@ -392,57 +391,59 @@ class JobLog:
 
     def done(self, job: tuple | None = None) -> None:
         """Log ``done`` for a job that ended: ``job`` is (class shown, jid, elapsed, queue);
-        without it, in the job context the worker set (class, jid, elapsed). (``bind`` puts
-        the way it goes in the instance, so a line costs one call: ``_logged``, ``_add`` or
-        ``_add_locked``.)"""
-        self._logged(job)
+        without it, in the job context the worker set (class, jid, elapsed). Bound (see
+        bind), the line is made as the handler's formatter would write it, in one f-string
+        from its head (kept while the millisecond it names lasts: _head) and the job's fields
+        (a job's json fields and its elapsed time under a second looked up: each method call,
+        and each float's format, was ~5-15 % of a line's cost), and held (see _Pending).
+        (One method of the class, not one put in the instance by bind: a call through an
+        instance's attribute missed the interpreter's cache, ~600 instructions a line.)"""
+        handler = self.handler
+        if handler is None:
+            self._logged(job)
+            return
+        locked = self.locked  # (jobs end on several threads: held lines under its lock)
+        if locked:
+            handler.acquire()
+        try:
+            now = time.time()
+            lane = _lane.get()
+            if self._lo <= now < self._hi and lane == self._head_lane:
+                head = self._head_text
+            else:
+                head = self._head(now, lane)
+            pending = handler.pending
+            if job is None:
+                pending.append(self._from_context(head))
+            elif self.structured:
+                job_class, jid, elapsed, queue = job
+                cached = self._fields
+                if job_class != cached[0] or queue != cached[1]:
+                    cached = self._json_fields(job_class, queue)
+                pending.append(
+                    f'{head},"jid":{_encode_str(jid) if jid.__class__ is str else _jstr(jid)}'
+                    f'{cached[2]},"elapsed":{elapsed:.6f},"message":"done"}}\n')
+            else:
+                # (the table's entry is what :.3f writes unless the time is within a
+                # millionth of a millisecond of a tie, which :.3f decides on the float's
+                # exact value)
+                elapsed = job[2]
+                scaled = elapsed * 1000.0 + 0.5
+                run = floor(scaled)  # (math.floor: a call int() is not cached for)
+                shown = _ELAPSED[run] if run < 1000 and scaled - run > 1e-6 \
+                    else f"{elapsed:.3f}"
+                pending.append(f"{head} class={job[0]} jid={job[1]} elapsed={shown}{self.tail}")
+            if len(pending) >= MAX_PENDING:
+                self._flush(handler)
+        finally:
+            if locked:
+                handler.release()
 
     def _logged(self, job: tuple | None = None) -> None:
         """Through logging (another handler, a filter, or INFO off: see bind)."""
         if job is not None:
             set_context(job_context(job[0], job[1], job[2], job[3]))
         self.logger.info("done")
-
-    def _add_locked(self, job: tuple | None = None) -> None:
-        handler = self.handler
-        handler.acquire()
-        try:
-            self._add(job)
-        finally:
-            handler.release()
-
-    def _add(self, job: tuple | None = None) -> None:
-        """The line, as the handler's formatter would write it, made in one f-string from its
-        head (kept while the millisecond it names lasts: _head) and the job's fields (a job's
-        json fields and its elapsed time under a second looked up: each method call, and each
-        float's format, was ~5-15 % of a line's cost)."""
-        now = time.time()
-        lane = _lane.get()
-        if self._lo <= now < self._hi and lane == self._head_lane:
-            head = self._head_text
-        else:
-            head = self._head(now, lane)
-        pending = self.handler.pending
-        if job is None:
-            pending.append(self._from_context(head))
-        elif self.structured:
-            job_class, jid, elapsed, queue = job
-            cached = self._fields
-            if job_class != cached[0] or queue != cached[1]:
-                cached = self._json_fields(job_class, queue)
-            pending.append(
-                f'{head},"jid":{_encode_str(jid) if jid.__class__ is str else _jstr(jid)}'
-                f'{cached[2]},"elapsed":{elapsed:.6f},"message":"done"}}\n')
-        else:
-            # (the table's entry is what :.3f writes unless the time is within a millionth of
-            # a millisecond of a tie, which :.3f decides on the float's exact value)
-            elapsed = job[2]
-            scaled = elapsed * 1000.0 + 0.5
-            run = int(scaled)
-            shown = _ELAPSED[run] if run < 1000 and scaled - run > 1e-6 else f"{elapsed:.3f}"
-            pending.append(f"{head} class={job[0]} jid={job[1]} elapsed={shown}{self.tail}")
-        if len(pending) >= self.MAX_PENDING:
-            self._flush(self.handler)
 
     def _head(self, now: float, lane: str) -> str:
         """What a line written at ``now`` in ``lane`` starts with: in text its time, pid, tid
@@ -510,4 +511,3 @@ class JobLog:
     def use_logging(self) -> None:
         """Through logging from now on (queued's handler failed to write; until bind)."""
         self.handler = None
-        self.done = self._logged

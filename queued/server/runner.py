@@ -26,7 +26,8 @@ import inspect
 import logging
 import time
 import traceback
-from typing import Callable, NamedTuple
+from dataclasses import dataclass
+from typing import Callable
 
 from .. import activejob, ops, tracking
 from . import log as logsetup
@@ -68,7 +69,8 @@ class _NoTitle:
 NO_TITLE = _NoTitle()
 
 
-class Lane(NamedTuple):
+@dataclass(slots=True)
+class Lane:
     """Where one job runs. ``timeout`` is a context manager factory ``(seconds, description)``:
     SIGALRM's job_timeout in a main thread, a LaneTimer (timeout.py) on a job thread."""
     number: int
@@ -77,7 +79,8 @@ class Lane(NamedTuple):
     timeout: Callable
 
 
-class _Run(NamedTuple):
+@dataclass(slots=True)
+class _Run:
     """What the start of a run found out, for its end."""
     res: Reservation
     msg: dict
@@ -314,9 +317,10 @@ class Runner:
         return _Run(res, msg, name, shown, cls, args, kwargs, timeout, task_id, info)
 
     def _instance(self, run: _Run):
-        if run.cls is None:
+        cls = run.cls  # (called as a local: a call straight off a slot is not cached)
+        if cls is None:
             raise UnknownJobClass(registry.missing(run.name))
-        job = run.cls()
+        job = cls()
         job.jid, job.queue, job.msg, job.task_id = (run.msg["jid"], run.res.queue, run.msg,
                                                     run.task_id)
         return job
@@ -420,7 +424,8 @@ class Runner:
         return info.timeout or self.config.job_timeout
 
 
-class _ClassInfo(NamedTuple):
+@dataclass(slots=True)
+class _ClassInfo:
     """What the runner needs of a job class, learnt at its first job (a class's options
     are fixed once it exists). For None (no such class) the defaults."""
     kind: str
