@@ -21,8 +21,9 @@ two runs' counts divided by N2 - N1 is the cost of one job in steady state, with
 and the stop. Callgrind counts user-space instructions only: a system call counts as the
 instructions that make it, not the kernel's work (``--syscalls`` counts those apart, with
 strace). The worker's choices that depend on the clock (a batch grows while jobs are short, its
-acks ride with the next reserve, the master's give-back of a held batch) are pinned to what a
-native run does (scripts/bench_instr_jobs.py), since valgrind runs everything 40-50x slower.
+acks ride with the next reserve and none go out inside it, the master's give-back of a held
+batch, the millisecond a done line's head is kept for) are pinned to what a native run does
+(scripts/bench_instr_jobs.py), since valgrind runs everything 40-50x slower.
 The master's count includes its timers (heartbeat, scheduler polls), which under valgrind's
 slow-down come ~45x more often per job than natively: read it as an upper bound.
 """
