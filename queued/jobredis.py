@@ -246,8 +246,10 @@ def _reader(conn: Any) -> Callable[[Any], Any]:
 
 
 def short_path_for(client: redis_lib.Redis) -> tuple[str, str] | None:
-    """(encoding, errors) if ``client``'s connection suits the short path, else None: a RESP2
-    connection with redis-py's hiredis parser, no health checks, no client-side cache."""
+    """(encoding, errors) if ``client``'s connection suits the short path, else None: a
+    connection of redis-py's default protocol (RESP2 before redis-py 8, RESP3 from 8 on: the
+    tests compare the replies with redis-py's own either way; a protocol set explicitly goes
+    to redis-py), its hiredis parser, no health checks, no client-side cache."""
     conn = client.connection
     if _hiredis_pack is None or conn is None:
         return None

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -69,28 +71,48 @@ def test_cat_sink_counts_the_lines_a_child_wrote_to_stderr():
     assert sink.close() == 3000
 
 
-def test_stamps_count_the_finishes_cpu_jobs_wrote_and_give_rates_from_them():
+def test_a_cpu_job_burns_its_milliseconds_of_thread_time():
+    import time
+
+    import bench_jobs
+    start = time.thread_time()
+    bench_jobs.burn(20)
+    assert time.thread_time() - start >= 0.02
+
+
+def test_stamps_count_the_finishes_cpu_jobs_wrote_a_file_per_process():
     import bench_jobs
     from benchlib import Stamps
     stamps = Stamps()
     try:
+        bench_jobs.CpuJob.perform(None, 11, 0.01, stamps.dir)  # (the parent's file, then two)
         kids = []
         for _ in range(2):  # two processes, as two workers: a file each
             pid = os.fork()
             if pid == 0:
                 try:
                     for _ in range(5):
-                        bench_jobs.CpuJob.perform(None, 10, 0.01, stamps.dir)
-                finally:
-                    os._exit(0)
+                        bench_jobs.CpuJob.perform(None, 11, 0.01, stamps.dir)
+                except BaseException:  # noqa: BLE001 - the parent's waitpid says it
+                    os._exit(1)
+                os._exit(0)
             kids.append(pid)
         for pid in kids:
             assert os.waitpid(pid, 0)[1] == 0
-        assert len(os.listdir(stamps.dir)) == 2
-        assert stamps.count() == 10 and len(stamps.times()) == 10
+        assert len(os.listdir(stamps.dir)) == 3
+        assert stamps.count() == 11 and len(stamps.times()) == 11
+        with pytest.raises(TimeoutError):
+            stamps.wait(12, timeout=0.05)
+    finally:
+        stamps.close()
+    assert not os.path.exists(stamps.dir)
+
+
+def test_stamps_give_rates_as_benchlib_rates_from_their_lines():
+    from benchlib import Stamps
+    stamps = Stamps()
+    try:
         # rates as benchlib.rates: after the warm-up (the tenth job's finish to the last's)
-        for name in os.listdir(stamps.dir):
-            os.unlink(os.path.join(stamps.dir, name))
         with open(os.path.join(stamps.dir, "1"), "wb") as f:
             f.write(b"".join(b"%.6f\n" % (1_800_000_000 + i / 4) for i in range(0, 20, 2)))
         with open(os.path.join(stamps.dir, "2"), "wb") as f:
@@ -98,6 +120,8 @@ def test_stamps_count_the_finishes_cpu_jobs_wrote_and_give_rates_from_them():
         assert stamps.count() == 20
         # 20 jobs, every 0.25 s: the 2nd (index 1) ends the warm-up, the last is at 4.75 s
         assert stamps.rates(20) == (18 / 4.5, 20 / 4.75)
+        with pytest.raises(RuntimeError):
+            stamps.rates(19)  # (a stamp more or fewer than the jobs: no rate)
     finally:
         stamps.close()
     assert not os.path.exists(stamps.dir)

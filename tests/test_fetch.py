@@ -619,6 +619,7 @@ def test_reserve_survives_a_script_flush(r, fetcher):
     (res,) = fetcher.reserve(1)
     assert res.payload == job(2)
     res2 = Reservation(res.member, res.queue, res.payload)
+    assert res2 == res and hash(res2) == hash(res) and len({res, res2}) == 1  # (as the tuple)
     r.script_flush()
     assert fetcher.fail(res2, "retry", time.time(), job(2)) == WRITTEN
 

@@ -236,6 +236,23 @@ def test_json_fast_done_line_is_the_line_logging_writes(jsonlog):
                                "queue": "default", "elapsed": 0.012346, "message": "done"}
 
 
+def test_json_done_lines_of_a_lane_carry_its_tid_and_thread(jsonlog, monkeypatch):
+    # (the head kept within a millisecond is made per lane: the lane's line, then the main's)
+    path, ours = jsonlog
+    ours()
+    monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.5)
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    logsetup.set_lane(2)
+    joblog.done(("X", "j", 0.5, "q"))
+    logsetup.set_lane(0)
+    joblog.done(("X", "j", 0.5, "q"))
+    joblog.flush()
+    lane, main = objects(path)
+    assert (lane["tid"], lane["thread"], lane["slot"]) == ("w3-2", 2, 3)
+    assert (main["tid"], "thread" in main) == ("w3", False)
+
+
 def test_json_done_line_made_from_the_jobs_figures_is_the_line_logging_writes(jsonlog):
     path, ours = jsonlog
     ours()
@@ -347,6 +364,21 @@ def test_a_head_kept_within_its_millisecond_is_the_stamp_of_every_line(logfile, 
     assert [x[:24] for x in got] == want
     assert got[-2].split()[2] == "tid=w3-2" and got[-1].split()[2] == "tid=w3"
     assert 8 < len(made) < 40  # (the head made anew per millisecond, not per line)
+
+
+def test_a_bind_within_the_millisecond_makes_the_head_anew(logfile, monkeypatch):
+    # (a worker retagged and bound again, as after a fork, must not write the old tid)
+    logfile, ours = logfile
+    ours()
+    monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.5)
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    joblog.done(("X", "j", 0.0, "q"))
+    logsetup.retag("w4")
+    joblog.bind()
+    joblog.done(("X", "j", 0.0, "q"))
+    joblog.flush()
+    assert [x.split()[2] for x in logfile.read_text().splitlines()] == ["tid=w3", "tid=w4"]
 
 
 def test_after_a_failed_write_done_lines_go_through_logging(logfile, monkeypatch):

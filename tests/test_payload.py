@@ -108,8 +108,13 @@ def test_a_job_without_a_jid_is_valid_and_runs_under_one_made_from_its_bytes():
     assert payload.jid_of(raw) == jid == payload.derived_jid(raw)
     assert payload.jid_of(b'{"class":"X","args":[1],"jid":"abc"}') == "abc"
     assert payload.jid_of(b"[1]") is None and payload.jid_of(b"nope") is None
-    # nested deeper than the parser reads: no job (the master's running-set reader calls this)
-    assert payload.jid_of(b"[" * 100_000 + b"]" * 100_000) is None
+
+
+def test_a_payload_nested_deeper_than_the_parser_reads_is_no_job_to_the_masters_reader():
+    from queued.server import running
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert payload.jid_of(deep) is None
+    assert running._jid(b"q\0t\0" + deep) is None  # (a reserved member: queue, token, payload)
 
 
 # --- dumps ------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 job's lines with its class and jid, failures with the job's own frames and what happens next,
 kills with their real cause, timeouts with where the job was; the title and reopening the file.
 """
+import json
 import re
 import signal
 
@@ -46,6 +47,20 @@ def test_a_jobs_own_lines_carry_its_class_and_jid_and_a_failure_says_what_comes_
     assert frames[0][1] == "perform" and frames[0][0].endswith("jobs.py"), frames
     assert not any("/queued/" in f for f, _ in frames)
     assert d.stop() == 0
+
+
+def test_a_done_line_names_the_class_to_show_and_runs_the_class_named(daemon, producer, r):
+    # (display_class, as Sidekiq's ActiveJob payloads carry: the line shows it, the worker
+    # runs "class")
+    d = daemon(concurrency=1)
+    jid = "d15c1a55d15c1a55d15c1a55"
+    r.lpush("queue:default", json.dumps({
+        "class": "Chatty", "display_class": "Shown::Name", "args": [], "jid": jid,
+        "queue": "default", "retry": 3, "created_at": 1.7e9, "enqueued_at": 1.7e9}))
+    out = d.wait_log(f" class=Shown::Name jid={jid} elapsed=")
+    (line,) = [x for x in out.splitlines() if f"jid={jid} elapsed=" in x]
+    assert line.endswith(" INFO queued.worker: done")
+    assert f" class=Shown::Name jid={jid} WARNING app.chatty: working on it" in out
 
 
 def test_the_done_lines_held_are_written_before_the_worker_waits_for_more(
