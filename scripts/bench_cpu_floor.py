@@ -55,11 +55,15 @@ def one(mode: str, n: int, procs: int, url: str) -> float:
             if pid == 0:
                 try:
                     _loop(mode, n, url, stamps.dir)
-                finally:
-                    os._exit(0)
+                except BaseException:  # noqa: BLE001 - said, and the parent stops on it
+                    import traceback
+                    traceback.print_exc()
+                    os._exit(1)
+                os._exit(0)
             kids.append(pid)
         for pid in kids:
-            os.waitpid(pid, 0)
+            if os.waitpid(pid, 0)[1] != 0:
+                raise SystemExit(f"the {mode} loop failed (its traceback above)")
         took = time.perf_counter() - t0
         if mode == "stamp" and stamps.count() != n * procs:
             raise SystemExit(f"{stamps.count()} stamps for {n * procs} jobs")

@@ -298,7 +298,8 @@ def test_a_jobs_context_is_its_fields_until_a_line_is_written(logfile):
 
 
 @pytest.mark.parametrize("elapsed", [0.0129, 0.0996, 0.0006, 0.9996, 0.5, 1.0004,
-                                     0.0045, 0.0115, 0.0005, 0.9995, 59.9995])
+                                     0.0045, 0.0115, 0.0005, 0.9995, 59.9995,
+                                     -0.0003, -0.3, -2.0])  # (a clock stepped back: RT11)
 def test_the_done_line_rounds_elapsed_as_logging_does(logfile, elapsed):
     # (0.0045 and 0.0115 are ties in decimal, which :.3f settles on the float's exact value:
     # both round down)

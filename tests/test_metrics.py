@@ -61,6 +61,19 @@ def test_a_held_recorder_writes_what_a_recorder_writes_when_it_flushes_and_not_b
     assert table.reader().totals() == totals
 
 
+@pytest.mark.parametrize("held", [False, True])
+def test_a_negative_run_time_counts_as_none(held):
+    # (a monotonic clock stepped back, as a faked one can: the worker died storing a negative
+    # count in an unsigned word, RT11)
+    table = MetricsTable(3)
+    rec = table.recorder(0, held=held)
+    rec.record({"class": "A"}, "default", -2.0, False)
+    rec.record({"class": "A"}, "default", 0.010, False)
+    if held:
+        rec.flush()
+    assert table.reader().totals() == {("A", "default"): row(2, 0, 10_000, {0: 2})}
+
+
 def test_regions_of_several_slots_and_the_masters_are_summed_by_class_and_queue():
     table = MetricsTable(3)
     for region in range(3):

@@ -426,11 +426,12 @@ class JobLog:
             else:
                 # (the table's entry is what :.3f writes unless the time is within a
                 # millionth of a millisecond of a tie, which :.3f decides on the float's
-                # exact value)
+                # exact value, or is negative: a monotonic clock stepped back, as a faked
+                # one can, RT11)
                 elapsed = job[2]
                 scaled = elapsed * 1000.0 + 0.5
                 run = floor(scaled)  # (math.floor: a call int() is not cached for)
-                shown = _ELAPSED[run] if run < 1000 and scaled - run > 1e-6 \
+                shown = _ELAPSED[run] if 0.0 <= elapsed and run < 1000 and scaled - run > 1e-6 \
                     else f"{elapsed:.3f}"
                 pending.append(f"{head} class={job[0]} jid={job[1]} elapsed={shown}{self.tail}")
             if len(pending) >= MAX_PENDING:

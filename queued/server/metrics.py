@@ -173,7 +173,9 @@ def _count(words, row: int, seconds: float, failed: bool) -> None:
     if failed:
         words[row + FAILED] += 1
     else:
-        micros = int(seconds * 1_000_000)
+        # (0 for a monotonic clock stepped back, as a faked one can: an unsigned word
+        # refuses a negative count, and the worker died of it, RT11)
+        micros = int(seconds * 1_000_000) if seconds > 0.0 else 0
         words[row + MICROS] += micros
         words[row + BUCKET0 + bisect_right(_BOUNDS_US, micros)] += 1
 
