@@ -161,12 +161,18 @@ def test_a_batchs_done_lines_wait_for_its_end_and_never_pass_another_line(logfil
     assert got[2] == " WARNING queued.worker: something else" and got[3].endswith(": done")
 
 
+def bound_at(monkeypatch, now: float) -> logsetup.JobLog:
+    """A JobLog bound to queued's handler, with the clock it reads stopped at ``now``."""
+    monkeypatch.setattr(logsetup.time, "time", lambda: now)
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    return joblog
+
+
 def test_held_done_lines_go_out_at_max_pending(logfile, monkeypatch):
     logfile, ours = logfile
     ours()
-    monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.0)
-    joblog = logsetup.JobLog("queued.worker")
-    joblog.bind()
+    joblog = bound_at(monkeypatch, 1_800_000_000.0)
     for i in range(logsetup.MAX_PENDING - 1):
         joblog.done(("X", f"{i:024d}", 0.001, "q"))
     assert logfile.read_text() == ""
@@ -240,9 +246,7 @@ def test_json_done_lines_of_a_lane_carry_its_tid_and_thread(jsonlog, monkeypatch
     # (the head kept within a millisecond is made per lane: the lane's line, then the main's)
     path, ours = jsonlog
     ours()
-    monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.5)
-    joblog = logsetup.JobLog("queued.worker")
-    joblog.bind()
+    joblog = bound_at(monkeypatch, 1_800_000_000.5)
     logsetup.set_lane(2)
     joblog.done(("X", "j", 0.5, "q"))
     logsetup.set_lane(0)
@@ -371,9 +375,7 @@ def test_a_bind_within_the_millisecond_makes_the_head_anew(logfile, monkeypatch)
     # (a worker retagged and bound again, as after a fork, must not write the old tid)
     logfile, ours = logfile
     ours()
-    monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.5)
-    joblog = logsetup.JobLog("queued.worker")
-    joblog.bind()
+    joblog = bound_at(monkeypatch, 1_800_000_000.5)
     joblog.done(("X", "j", 0.0, "q"))
     logsetup.retag("w4")
     joblog.bind()
