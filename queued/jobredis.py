@@ -22,9 +22,9 @@ connection's lock (threads a job starts share the connection one command at a ti
 else goes to redis-py's own path unchanged: a command with options other than ``keys`` (which
 only client-side caching reads), an argument that is not str, bytes, int or float (redis-py
 raises DataError for a bool or None), a command name that is not all ASCII letters (redis-py
-splits one at whitespace: JSON.SET goes its way too), and every command of a client set up for
-RESP3, client-side caching, health checks, or without hiredis. Pipelines,
-Pub/Sub, locks and scripts are redis-py's, as before.
+splits one at whitespace: JSON.SET goes its way too), and every command of a client whose
+protocol was set explicitly, or set up for client-side caching, health checks, or without
+hiredis (short_path_for). Pipelines, Pub/Sub, locks and scripts are redis-py's, as before.
 
 Before each command one poll tells whether the server closed the connection while it idled (a
 Redis restart, CLIENT KILL, its idle timeout): the command then goes on a new connection

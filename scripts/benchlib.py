@@ -72,9 +72,15 @@ def rates(r, n) -> tuple[float, float]:
     peers/common.py, peers/sidekiq_jobs.rb): after the warm-up (the jobs after the first tenth,
     from the finish of the one that ends it to the finish of the last) and from the first job
     (SIDEKIQ_FORMAT.md section 9: n / (last - first))."""
-    last, first = float(r.get("bench:last")), float(r.get("bench:first"))
     warm = r.get("bench:warm")
-    after = (n - n // 10) / (last - float(warm)) if warm else (n - 1) / (last - first)
+    return _rates(n, float(r.get("bench:first")), float(warm) if warm else None,
+                  float(r.get("bench:last")))
+
+
+def _rates(n, first, warm, last) -> tuple[float, float]:
+    """(after the warm-up: from the finish of the job that ends it, or without one from the
+    first, to the last; from the first) for ``n`` jobs finished at those times."""
+    after = (n - n // 10) / (last - warm) if warm is not None else (n - 1) / (last - first)
     return after, n / (last - first)
 
 
@@ -252,8 +258,7 @@ class Stamps:
         times = self.times()
         if len(times) != n:
             raise RuntimeError(f"{len(times)} stamps for {n} jobs")
-        first, warm, last = times[0], times[n // 10 - 1], times[-1]
-        return (n - n // 10) / (last - warm), n / (last - first)
+        return _rates(n, times[0], times[n // 10 - 1], times[-1])
 
     def close(self):
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -71,8 +71,6 @@ def release_taken(r: redis_lib.Redis, keys: Keys, snap: Snapshot,
     return released
 
 
-
-
 class Locks:
     """The unique locks of one Redis (and namespace)."""
 

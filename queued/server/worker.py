@@ -107,7 +107,9 @@ class Worker(WorkerSignals):
             log.exception("worker %d crashed", self.slot)
             code = 1
         finally:
-            # (either may not exist yet after a failed boot: an AttributeError, ignored)
+            # (any may not exist yet after a failed boot: an AttributeError, ignored; the
+            # joblog's flush on its own for a worker of many jobs at once, whose runner is
+            # its dispatcher's)
             for last in (lambda: self.joblog.flush(), lambda: self.runner.flush_ends(),
                          lambda: self.fetcher.close()):
                 try:
