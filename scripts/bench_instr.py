@@ -13,6 +13,7 @@ load; instruction counts do not). Run by hand; docs/benchmarks.md has the method
     scripts/bench_instr.py --own                 # the job's own code alone, in one process
     scripts/bench_instr.py --bare                # the bare BRPOP loop's process, per job
     scripts/bench_instr.py --sidekiq             # Sidekiq's Redis instructions per job (--redis)
+    scripts/bench_instr.py --line json           # a done line alone (JobLog.done), per line
 
 Method: the daemon runs ``python -m queued`` under ``valgrind --tool=callgrind
 --trace-children=yes`` (each process writes its own count), on a redis-server of its own, on
@@ -309,8 +310,49 @@ def snippet_run(args, n: int, out_dir: str) -> dict[str, int]:
     return {"snippet": totals(out)}
 
 
+#: ``--line``: done lines as a worker of one job at a time writes them (its clock pinned as
+#: bench_instr_jobs pins it, a batch's lines flushed together, to /dev/null), each from a
+#: payload as queued's client writes it. (Trees since JobLog.done took a reservation.)
+LINE_CODE = """
+import os, sys
+sys.path[:0] = [%(here)r]
+import bench_instr_jobs  # (the clock's pin)
+from queued.server import log
+from queued.server.reserved import Reservation
+os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+log.setup("INFO", None, "w1", %(format)r)
+joblog = log.JobLog("queued.worker")
+joblog.bind()
+assert joblog.handler is not None
+payload = (b'{"class":"bench_jobs.BenchJob","args":[1],"retry":true,"queue":"default",'
+           b'"jid":"8f3b2c1d0e9a7b6c5d4e3f2a","created_at":1796668686.745,'
+           b'"enqueued_at":1796668686.745}')
+res = Reservation(payload, "default", payload)
+times = [0.000040 + i * 0.0000037 for i in range(32)]  # (a no-op job's spread)
+
+def lines(n):
+    done, flush = joblog.done, joblog.flush
+    for batch in [times] * (n // 32) + [times[:n %% 32]]:
+        for elapsed in batch:
+            done("bench_jobs.BenchJob", "8f3b2c1d0e9a7b6c5d4e3f2a", elapsed, res)
+        flush()
+
+lines(%(n)d)
+"""
+
+
+def line_run(args, n: int, out_dir: str) -> dict[str, int]:
+    """``--line FORMAT``: n done lines in a process of its own."""
+    code = LINE_CODE % {"here": HERE, "format": args.line, "n": n}
+    out = os.path.join(out_dir, "cg.line")
+    env = dict(os.environ, PYTHONPATH=args.tree)
+    subprocess.run(VALGRIND + [f"--callgrind-out-file={out}", PY, "-c", code], check=True,
+                   env=env)
+    return {"line": totals(out)}
+
+
 RUNS = {"daemon": daemon_run, "own": own_run, "bare": bare_run, "redis": redis_run,
-        "snippet": snippet_run}
+        "snippet": snippet_run, "line": line_run}
 
 
 def main():
@@ -333,6 +375,8 @@ def main():
     mode.add_argument("--bare", action="store_true", help="the bare BRPOP loop's process")
     mode.add_argument("--snippet", nargs=2, metavar=("SETUP", "STMT"),
                       help="a statement's instructions, in a process of its own")
+    mode.add_argument("--line", choices=("text", "json"),
+                      help="a done line's own instructions (JobLog.done), in one process")
     ap.add_argument("--sidekiq-row", default="sidekiq",
                     help="which Sidekiq (a row or configuration of scripts/bench_configs.py)")
     ap.add_argument("--redis-server", default=shutil.which("redis-server", path="/usr/bin")
@@ -342,7 +386,7 @@ def main():
     args.tree = os.path.abspath(args.tree)
     args.slow_jobs = 1000  # (bench_configs.Catalogue reads it)
     kind = ("redis" if args.system else "own" if args.own else "bare" if args.bare
-            else "snippet" if args.snippet else "daemon")
+            else "snippet" if args.snippet else "line" if args.line else "daemon")
     n1, n2 = (int(x) for x in args.jobs.split(","))
     runs = []
     for n in (n1, n2):
@@ -353,9 +397,11 @@ def main():
         if not args.keep:
             shutil.rmtree(out_dir, ignore_errors=True)
     per_job = {k: (runs[1][k] - runs[0][k]) / (n2 - n1) for k in ("master", "workers", "redis",
-                                                                  "own", "bare", "snippet")
+                                                                  "own", "bare", "snippet",
+                                                                  "line")
                if k in runs[1]}
     label = " ".join(filter(None, [kind if kind != "redis" else f"redis ({args.system})",
+                                   args.line or "",
                                    " ".join(args.set), "task" if args.task else "",
                                    args.job if args.job != "BenchJob" else "",
                                    f"drop={args.drop}" if args.drop else "",

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from queued.server import log as logsetup
+from queued.server.reserved import Reservation
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ tid=w3(.*)$")
 
@@ -28,6 +29,11 @@ def logfile(tmp_path):
     logsetup.set_context("")
 
 
+def res(queue: str, payload: bytes = b'{"jid":"x"}') -> Reservation:
+    """The reservation a job's done line reads its queue and payload from."""
+    return Reservation(b"", queue, payload)
+
+
 def lines(path) -> list[str]:
     return [LINE.match(x).group(1) for x in path.read_text().splitlines()]
 
@@ -46,23 +52,6 @@ def test_a_jobs_lines_carry_its_class_and_jid_and_every_line_its_logger(logfile)
         " INFO queued.worker: after"]
 
 
-def test_the_fast_done_line_is_the_line_logging_writes(logfile):
-    # Given the worker's done line bound to queued's own handler, in a job's context
-    logfile, ours = logfile
-    ours()
-    joblog = logsetup.JobLog("queued.worker")
-    joblog.bind()
-    assert joblog.handler is not None
-    logsetup.set_context(logsetup.job_context("X", "j" * 24, 0.0123456))
-    # When it is written both ways
-    joblog.done()
-    joblog.flush()
-    joblog.use_logging()  # the logging module's way
-    joblog.done()
-    # Then both lines are the same, in Sidekiq's shape
-    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.worker: done"] * 2
-
-
 def test_the_done_line_made_from_the_jobs_figures_is_the_line_logging_writes(logfile):
     # Given the worker's done line bound to queued's own handler, the job's context set as
     # it starts (without elapsed: the worker passes the job's figures to done() instead)
@@ -72,10 +61,10 @@ def test_the_done_line_made_from_the_jobs_figures_is_the_line_logging_writes(log
     joblog.bind()
     logsetup.set_context(logsetup.job_context("X", "j" * 24, queue="default"))
     # When it is written from the figures both ways (fast, and through logging)
-    joblog.done(("X", "j" * 24, 0.0123456, "default"))
+    joblog.done("X", "j" * 24, 0.0123456, res("default"))
     joblog.flush()
     joblog.use_logging()
-    joblog.done(("X", "j" * 24, 0.0123456, "default"))
+    joblog.done("X", "j" * 24, 0.0123456, res("default"))
     # Then both lines are the same, with elapsed
     assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.worker: done"] * 2
 
@@ -94,8 +83,7 @@ def test_another_logging_setup_gets_the_done_line_through_logging(logfile):
     joblog = logsetup.JobLog("queued.worker")
     joblog.bind()
     # Then the line goes through logging, to both handlers
-    logsetup.set_context(logsetup.job_context("X", "j" * 24, 1.5))
-    joblog.done()
+    joblog.done("X", "j" * 24, 1.5, res("q"))
     assert joblog.handler is None
     assert seen == ["done"]
     assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=1.500 INFO queued.worker: done"]
@@ -108,7 +96,7 @@ def test_no_done_line_when_info_is_off(logfile):
     try:
         joblog = logsetup.JobLog("queued.worker")
         joblog.bind()
-        joblog.done()
+        joblog.done("X", "j" * 24, 0.5, res("q"))
         joblog.flush()
         assert logfile.read_text() == ""
     finally:
@@ -147,36 +135,55 @@ def test_a_batchs_done_lines_wait_for_its_end_and_never_pass_another_line(logfil
     joblog = logsetup.JobLog("queued.worker")
     joblog.bind()
     for jid in ("a" * 24, "b" * 24):
-        logsetup.set_context(logsetup.job_context("X", jid, 0.001))
-        joblog.done()
+        joblog.done("X", jid, 0.001, res("q"))
     assert logfile.read_text() == ""  # held until the batch ends...
-    logsetup.set_context("")
     logging.getLogger("queued.worker").warning("something else")  # ...or another line comes
-    joblog.done()
+    joblog.done("X", "c" * 24, 0.001, res("q"))
     joblog.flush()
     got = lines(logfile)
     assert [x.split(" INFO ")[0].split(" WARNING ")[0] for x in got] == [
         f" class=X jid={'a' * 24} elapsed=0.001", f" class=X jid={'b' * 24} elapsed=0.001",
-        "", ""]
+        "", f" class=X jid={'c' * 24} elapsed=0.001"]
     assert got[2] == " WARNING queued.worker: something else" and got[3].endswith(": done")
 
 
-def bound_at(monkeypatch, now: float) -> logsetup.JobLog:
-    """A JobLog bound to queued's handler, with the clock it reads stopped at ``now``."""
+def bound_at(monkeypatch, now: float, cls=logsetup.JobLog) -> logsetup.JobLog:
+    """A JobLog (or ``cls``) bound to queued's handler, with the clock it reads stopped at
+    ``now``."""
     monkeypatch.setattr(logsetup.time, "time", lambda: now)
-    joblog = logsetup.JobLog("queued.worker")
+    joblog = cls("queued.worker")
     joblog.bind()
     return joblog
 
 
-def test_held_done_lines_go_out_at_max_pending(logfile, monkeypatch):
+def test_held_done_lines_go_out_at_max_pending_as_a_millisecond_begins(logfile, monkeypatch):
+    # (counted when a line's millisecond is not the last one's: once a millisecond, not per
+    # line; so at most MAX_PENDING lines and one millisecond's more are held)
+    logfile, ours = logfile
+    ours()
+    joblog = bound_at(monkeypatch, 1_800_000_000.0)
+    for i in range(logsetup.MAX_PENDING + 5):  # (all in one millisecond: held)
+        joblog.done("X", f"{i:024d}", 0.001, res("q"))
+    assert logfile.read_text() == ""
+    monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.0011)
+    joblog.done("X", "z" * 24, 0.001, res("q"))  # (the next millisecond's first line)
+    written = lines(logfile)
+    assert [x.split()[1] for x in written] == [
+        f"jid={i:024d}" for i in range(logsetup.MAX_PENDING + 5)]
+    joblog.flush()
+    assert lines(logfile)[-1].split()[1] == "jid=" + "z" * 24
+
+
+def test_fewer_held_done_lines_wait_past_a_new_millisecond(logfile, monkeypatch):
     logfile, ours = logfile
     ours()
     joblog = bound_at(monkeypatch, 1_800_000_000.0)
     for i in range(logsetup.MAX_PENDING - 1):
-        joblog.done(("X", f"{i:024d}", 0.001, "q"))
+        joblog.done("X", f"{i:024d}", 0.001, res("q"))
+    monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.0011)
+    joblog.done("X", "z" * 24, 0.001, res("q"))
     assert logfile.read_text() == ""
-    joblog.done(("X", "z" * 24, 0.001, "q"))
+    joblog.flush()
     assert len(lines(logfile)) == logsetup.MAX_PENDING
 
 
@@ -230,11 +237,10 @@ def test_json_fast_done_line_is_the_line_logging_writes(jsonlog):
     joblog = logsetup.JobLog("queued.worker")
     joblog.bind()
     assert joblog.handler is not None and joblog.structured
-    logsetup.set_context(logsetup.job_context("X", "j" * 24, 0.0123456, "default"))
-    joblog.done()
+    joblog.done("X", "j" * 24, 0.0123456, res("default"))
     joblog.flush()
     joblog.use_logging()  # the logging module's way
-    joblog.done()
+    joblog.done("X", "j" * 24, 0.0123456, res("default"))
     first, second = objects(path)
     assert first.pop("time") and second.pop("time")
     assert first == second == {"level": "INFO", "logger": "queued.worker", "pid": first["pid"],
@@ -246,11 +252,11 @@ def test_json_done_lines_of_a_lane_carry_its_tid_and_thread(jsonlog, monkeypatch
     # (the head kept within a millisecond is made per lane: the lane's line, then the main's)
     path, ours = jsonlog
     ours()
-    joblog = bound_at(monkeypatch, 1_800_000_000.5)
+    joblog = bound_at(monkeypatch, 1_800_000_000.5, logsetup.LaneJobLog)
     logsetup.set_lane(2)
-    joblog.done(("X", "j", 0.5, "q"))
+    joblog.done("X", "j", 0.5, res("q"))
     logsetup.set_lane(0)
-    joblog.done(("X", "j", 0.5, "q"))
+    joblog.done("X", "j", 0.5, res("q"))
     joblog.flush()
     lane, main = objects(path)
     assert (lane["tid"], lane["thread"], lane["slot"]) == ("w3-2", 2, 3)
@@ -264,10 +270,10 @@ def test_json_done_line_made_from_the_jobs_figures_is_the_line_logging_writes(js
     joblog.bind()
     logsetup.set_context(logsetup.job_context("Ünï", "j" * 24, queue="q\"1"))
     for _ in range(2):  # (the second from the class and queue kept)
-        joblog.done(("Ünï", "j" * 24, 1.5, "q\"1"))
+        joblog.done("Ünï", "j" * 24, 1.5, res("q\"1"))
     joblog.flush()
     joblog.use_logging()
-    joblog.done(("Ünï", "j" * 24, 1.5, "q\"1"))
+    joblog.done("Ünï", "j" * 24, 1.5, res("q\"1"))
     got = objects(path)
     assert len(got) == 3 and all(o.pop("time") for o in got)
     assert got == [{"level": "INFO", "logger": "queued.worker", "pid": got[0]["pid"],
@@ -312,13 +318,68 @@ def test_the_done_line_rounds_elapsed_as_logging_does(logfile, elapsed):
     joblog = logsetup.JobLog("queued.worker")
     joblog.bind()
     assert joblog.handler is not None
-    joblog.done(("X", "j" * 24, elapsed, "q"))
+    joblog.done("X", "j" * 24, elapsed, res("q"))
     joblog.flush()
     joblog.use_logging()
-    joblog.done(("X", "j" * 24, elapsed, "q"))
+    joblog.done("X", "j" * 24, elapsed, res("q"))
     fast, logged = lines(logfile)
     assert fast == logged
     assert fast == f" class=X jid={'j' * 24} elapsed={elapsed:.3f} INFO queued.worker: done"
+
+
+def fast_and_logged_json(path, shown: str, jid: str, elapsed: float, reservation) -> list[str]:
+    """The json done line written fast, then through logging, as text with the time taken
+    out (the two may fall in different milliseconds)."""
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    assert joblog.handler is not None and joblog.structured
+    joblog.done(shown, jid, elapsed, reservation)
+    joblog.flush()
+    joblog.use_logging()
+    joblog.done(shown, jid, elapsed, reservation)
+    # (split at newlines only: splitlines() also splits at U+2028, which JSON leaves as it is)
+    return [re.sub(r'^\{"time":"[^"]*",', "{", x) for x in path.read_text().split("\n")[:-1]]
+
+
+# (0.0078125 and 0.0234375 are exact binary ties at the microsecond, which :.6f settles to the
+# even digit; 0.0129996 carries into the millisecond; 0.9999996 rounds to a second)
+@pytest.mark.parametrize("elapsed", [0.0129, 0.0123456, 0.0000004, 0.0000005, 0.0078125,
+                                     0.0234375, 0.0129996, 0.9999994, 0.9999996, 1.0000004,
+                                     59.9999995, 0.0, -0.0000003, -0.3, -2.0])
+def test_the_json_done_line_rounds_elapsed_as_logging_does(jsonlog, elapsed):
+    path, ours = jsonlog
+    ours()
+    fast, logged = fast_and_logged_json(path, "X", "j" * 24, elapsed, res("q"))
+    assert fast == logged
+    assert f',"elapsed":{elapsed:.6f},"message":"done"}}' in fast
+
+
+@pytest.mark.parametrize("jid", ["15acda24f01de58f49b27035", 'a"b', "a\\b", "tab\there",
+                                 "nul\x00", "\x1f\x7f", "Ünï-✓", "\u2028", "a/b"])
+@pytest.mark.parametrize("ensure_ascii", [False, True])
+def test_the_json_done_lines_jid_is_the_jid_logging_writes(jsonlog, jid, ensure_ascii):
+    # (the fast line writes a jid read from a payload without a backslash as it is: such a
+    # payload escaped nothing, and its strict parser let no control character through; a
+    # payload with one has its jid escaped. Producers escape differently: PHP writes "\/")
+    path, ours = jsonlog
+    ours()
+    import json
+    from queued import payload as codec
+    raw = json.dumps({"class": "X", "jid": jid, "args": ["\u00e9"]},
+                     ensure_ascii=ensure_ascii).encode()
+    jid_read = codec.loads(raw)["jid"]
+    assert jid_read == jid
+    fast, logged = fast_and_logged_json(path, "X", jid_read, 0.5, res("q", raw))
+    assert fast == logged
+    assert json.loads(fast)["jid"] == jid
+
+
+def test_a_payloads_strict_parser_lets_no_raw_control_character_through():
+    # (what the fast json line counts on for a payload without a backslash)
+    from queued import payload as codec
+    for code in range(0x20):
+        with pytest.raises(codec.PayloadError):
+            codec.loads(b'{"class":"X","jid":"a' + bytes([code]) + b'b","args":[]}')
 
 
 def test_the_done_lines_stamp_is_the_stamp_logging_writes(logfile, monkeypatch):
@@ -330,10 +391,10 @@ def test_the_done_lines_stamp_is_the_stamp_logging_writes(logfile, monkeypatch):
     for now in (1_800_000_000.5, 1_800_000_000.75, 1_800_000_002.25):
         monkeypatch.setattr(logsetup.time, "time", lambda now=now: now)
         joblog.bind()
-        joblog.done(("X", "j" * 24, 0.5, "q"))
+        joblog.done("X", "j" * 24, 0.5, res("q"))
         joblog.flush()
         joblog.use_logging()
-        joblog.done(("X", "j" * 24, 0.5, "q"))
+        joblog.done("X", "j" * 24, 0.5, res("q"))
         fast, logged = logfile.read_text().splitlines()[-2:]
         assert fast == logged
         got.append(fast[:24])
@@ -341,33 +402,38 @@ def test_the_done_lines_stamp_is_the_stamp_logging_writes(logfile, monkeypatch):
                    "2027-01-15T08:00:02.250Z"]
 
 
-def test_a_head_kept_within_its_millisecond_is_the_stamp_of_every_line(logfile, monkeypatch):
+@pytest.mark.parametrize("cls", [logsetup.JobLog, logsetup.LaneJobLog])
+def test_a_head_kept_within_its_millisecond_is_the_stamp_of_every_line(logfile, monkeypatch,
+                                                                      cls):
     # JobLog keeps a line's head while the clock reads within the millisecond it names: the
-    # lines read around millisecond boundaries, a clock stepped back and another lane must
-    # each carry the stamp a fresh formatter gives that reading, and the head must be reused
+    # lines read around millisecond boundaries, a clock stepped back and (in a worker of many
+    # jobs) another lane must each carry the stamp a fresh formatter gives that reading, and
+    # the head must be reused
     logfile, ours = logfile
     ours()
-    joblog = logsetup.JobLog("queued.worker")
+    joblog = cls("queued.worker")
     joblog.bind()
     made = []
     real_head = joblog._head
-    monkeypatch.setattr(joblog, "_head", lambda now, lane: made.append(now) or real_head(now, lane))
+    monkeypatch.setattr(joblog, "_head", lambda now: made.append(now) or real_head(now))
     base = 1_800_000_000.0
     times = [base + 0.123, base + 0.1234, base + 0.123999, base + 0.1239999, base + 0.124,
              base + 0.122, base + 0.999999, base + 1.0000001]
     times += [base + 5 + i * 1.3e-6 for i in range(3000)]  # across four boundaries
     for now in times:
         monkeypatch.setattr(logsetup.time, "time", lambda now=now: now)
-        joblog.done(("X", "j", 0.0, "q"))
+        joblog.done("X", "j", 0.0, res("q"))
     logsetup.set_lane(2)
-    joblog.done(("X", "j", 0.0, "q"))  # (the clock as the last line's: another lane's head)
+    joblog.done("X", "j", 0.0, res("q"))  # (the clock as the last line's: another lane's head)
     logsetup.set_lane(0)
-    joblog.done(("X", "j", 0.0, "q"))
+    joblog.done("X", "j", 0.0, res("q"))
     joblog.flush()
     got = logfile.read_text().splitlines()
     want = [logsetup.Formatter("w3").stamp(t) for t in times + [times[-1]] * 2]
     assert [x[:24] for x in got] == want
-    assert got[-2].split()[2] == "tid=w3-2" and got[-1].split()[2] == "tid=w3"
+    # (a worker of one job at a time has no lanes: its JobLog reads none)
+    lanes = ["tid=w3-2", "tid=w3"] if cls is logsetup.LaneJobLog else ["tid=w3", "tid=w3"]
+    assert [x.split()[2] for x in got[-2:]] == lanes
     assert 8 < len(made) < 40  # (the head made anew per millisecond, not per line)
 
 
@@ -376,10 +442,10 @@ def test_a_bind_within_the_millisecond_makes_the_head_anew(logfile, monkeypatch)
     logfile, ours = logfile
     ours()
     joblog = bound_at(monkeypatch, 1_800_000_000.5)
-    joblog.done(("X", "j", 0.0, "q"))
+    joblog.done("X", "j", 0.0, res("q"))
     logsetup.retag("w4")
     joblog.bind()
-    joblog.done(("X", "j", 0.0, "q"))
+    joblog.done("X", "j", 0.0, res("q"))
     joblog.flush()
     assert [x.split()[2] for x in logfile.read_text().splitlines()] == ["tid=w3", "tid=w4"]
 
@@ -391,7 +457,7 @@ def test_after_a_failed_write_done_lines_go_through_logging(logfile, monkeypatch
     joblog = logsetup.JobLog("queued.worker")
     joblog.bind()
     handler = joblog.handler
-    joblog.done(("X", "a" * 24, 0.5, "q"))
+    joblog.done("X", "a" * 24, 0.5, res("q"))
 
     def broken():
         raise OSError(28, "No space left on device")
@@ -401,7 +467,7 @@ def test_after_a_failed_write_done_lines_go_through_logging(logfile, monkeypatch
     monkeypatch.undo()
     # Then the held line is dropped, and the next ones go through logging
     assert joblog.handler is None and handler.pending == []
-    joblog.done(("X", "b" * 24, 0.5, "q"))
+    joblog.done("X", "b" * 24, 0.5, res("q"))
     joblog.flush()
     assert lines(logfile) == [f" class=X jid={'b' * 24} elapsed=0.500 INFO queued.worker: done"]
 
@@ -413,14 +479,14 @@ def test_lines_written_while_the_worker_binds_again_are_all_written_once(logfile
     import threading
     logfile, ours = logfile
     ours()
-    joblog = logsetup.JobLog("queued.worker", locked=True)
+    joblog = logsetup.LaneJobLog("queued.worker")
     joblog.bind()
     errors = []
 
     def write(t):
         for i in range(2000):
             try:
-                joblog.done(("X", f"{t}-{i:020d}", 0.001, "q"))
+                joblog.done("X", f"{t}-{i:020d}", 0.001, res("q"))
             except Exception as e:  # noqa: BLE001 - what the test counts
                 errors.append(e)
 

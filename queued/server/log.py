@@ -19,11 +19,12 @@ out together in one write: in a worker of one job at a time when the batch ends,
 the acks of its finished jobs go out before that (before a job that may run long, and every
 20 ms in a long batch), so a job whose ack has gone out has its line written (a kill -9 loses
 the lines of the jobs it also runs again, no other: RT9); in a worker of many jobs at once,
-before the dispatcher waits; in both, at MAX_PENDING lines, and before any other line (so the
-order holds). A write is a system call and wakes whoever reads the log (journald, a pipe):
-one per job cost ~10 % of a no-op job's throughput by itself. It does so only while queued's
-own handler is the one in place; with any other logging setup it goes through ``logging``
-like every other line.
+before the dispatcher waits; in both, at MAX_PENDING lines (counted as a millisecond begins),
+and before any other line (so the order holds). A write is a system call and wakes whoever
+reads the log (journald, a pipe): one per job cost ~10 % of a no-op job's throughput by
+itself. It does so only while queued's own handler is the one in place; with any other
+logging setup it goes through ``logging`` like every other line. A worker of many jobs at
+once writes through ``LaneJobLog``: its lines end on several threads, each in its lane.
 
 ``log_format: json`` writes one JSON object per line instead, for log shippers: ``time``,
 ``level``, ``logger``, ``pid``, ``tid``, ``slot`` (null in the master), and while a job runs its
@@ -34,6 +35,7 @@ fields are kept apart from the text form only in that mode, so text mode pays no
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import os
@@ -93,13 +95,24 @@ def job_context(job_class: str, jid: str, elapsed: float | None = None,
     return (jid, job_class, queue, elapsed)
 
 
-#: Done lines held at most before they go out anyway (a long batch of short jobs). (A module
-#: global, not JobLog's: Python 3.11 caches no class attribute read through an instance.)
+#: Done lines held before they go out anyway (a long batch of short jobs), counted as a new
+#: millisecond begins: at most this many and those of one millisecond more. (A module global,
+#: not JobLog's: Python 3.11 caches no class attribute read through an instance.)
 MAX_PENDING = 64
 #: ".000Z" ... ".999Z": a time's milliseconds as a line writes them (an index, not a format)
 _MILLIS = tuple(f".{i:03d}Z" for i in range(1000))
 #: "0.000" ... "0.999": a job's elapsed time under a second as a done line writes it
 _ELAPSED = tuple(f"0.{i:03d}" for i in range(1000))
+
+
+@functools.cache
+def _ends(structured: bool, name: str) -> tuple[str, ...]:
+    """A done line's ends, from its elapsed time on, by the time's index: in text the
+    milliseconds (`` elapsed=0.012 INFO queued.worker: done``), in json the microseconds after
+    the milliseconds (``346,"message":"done"}``); newline included."""
+    if structured:
+        return tuple(f'{i:03d},"message":"done"}}\n' for i in range(1000))
+    return tuple(f" elapsed={elapsed} INFO {name}: done\n" for elapsed in _ELAPSED)
 
 
 class Formatter(logging.Formatter):
@@ -341,10 +354,7 @@ class JobLog:
     handlers are final (in the worker, after fork, and after a reopen); ``flush()`` when the
     worker's batch ends."""
 
-    def __init__(self, name: str = "queued.worker", locked: bool = False):
-        #: Jobs end on several threads at once (threads > 1): the held lines are then
-        #: touched under the handler's lock, as its own emit() does.
-        self.locked = locked
+    def __init__(self, name: str = "queued.worker"):
         self.logger = logging.getLogger(name)
         self.handler: _Pending | None = None
         self.formatter: Formatter | None = None
@@ -353,7 +363,10 @@ class JobLog:
         self.structured = False
         self.pid = os.getpid()
         self.middle = ""      # what follows the time, up to the lane (see bind)
-        self._fields = ("", "", "")  # (class, queue, their json text): they repeat
+        self._class: str | None = None  # the class and queue _class_text is for
+        self._queue: str | None = None
+        self._class_text = ""
+        self._ends: tuple[str, ...] = ()  # a line's ends by elapsed time (see bind)
         # A line's head (its time to the millisecond, pid, tid and lane) is kept while the
         # clock reads within [_lo, _hi), where it is the same text (see _head).
         self._lo = self._hi = 0.0
@@ -376,8 +389,10 @@ class JobLog:
         structured = isinstance(formatter, JsonFormatter)
         self.middle = (formatter.middle(pid, "INFO", self.name, "") if structured
                        else f" pid={pid} tid={formatter.tid}")
+        self._ends = _ends(structured, self.name)
         self.formatter, self.structured, self.pid = formatter, structured, pid
-        self._hi = 0.0  # (the head is made anew: pid, tid or format changed)
+        self._hi = 0.0  # (the head and the class's text are made anew: the format may differ)
+        self._class = None
         self.handler = handler
 
     @staticmethod
@@ -389,70 +404,77 @@ class JobLog:
             logger = logger.parent
         return True
 
-    def done(self, job: tuple | None = None) -> None:
-        """Log ``done`` for a job that ended: ``job`` is (class shown, jid, elapsed, queue);
-        without it, in the job context the worker set (class, jid, elapsed). Bound (see
-        bind), the line is made as the handler's formatter would write it, in one f-string
-        from its head (kept while the millisecond it names lasts: _head) and the job's fields
-        (a job's json fields and its elapsed time under a second looked up: each method call,
-        and each float's format, was ~5-15 % of a line's cost), and held (see _Pending).
-        (One method of the class, not one put in the instance by bind: a call through an
-        instance's attribute missed the interpreter's cache, ~600 instructions a line.)"""
+    def done(self, shown: str, jid: str, elapsed: float, res) -> None:
+        """Log ``done`` for a job that ended: the class it shows, its jid (as it started: read
+        from its payload, or derived_jid's), its run time, and its reservation (``res.queue``,
+        the queue it came from; ``res.payload``, the bytes its jid was read from). Bound (see
+        bind), the line is made as the handler's formatter would write it, in one f-string:
+        its head (kept while the millisecond it names lasts: _head), the class's text (kept
+        while the class, and in json the queue, repeat: _keep_class), the jid, and the end of
+        the line from the elapsed time (looked up: _ends), and held (see _Pending). Each
+        method call, argument tuple, branch and format was measured in instructions (issue
+        18): this is a worker of one job at a time's, with no lock and no lane (LaneJobLog
+        adds them). (One method of the class, not one put in the instance by bind: a call
+        through an instance's attribute missed the interpreter's cache, ~600 instructions a
+        line.)"""
         handler = self.handler
         if handler is None:
-            self._logged(job)
+            self._logged(shown, jid, elapsed, res.queue)
             return
-        locked = self.locked  # (jobs end on several threads: held lines under its lock)
-        if locked:
-            handler.acquire()
-        try:
-            now = time.time()
-            lane = _lane.get()
-            if self._lo <= now < self._hi and lane == self._head_lane:
-                head = self._head_text
-            else:
-                head = self._head(now, lane)
-            pending = handler.pending
-            if job is None:
-                pending.append(self._from_context(head))
-            elif self.structured:
-                job_class, jid, elapsed, queue = job
-                cached = self._fields
-                if job_class != cached[0] or queue != cached[1]:
-                    cached = self._json_fields(job_class, queue)
-                pending.append(
-                    f'{head},"jid":{_encode_str(jid) if jid.__class__ is str else _jstr(jid)}'
-                    f'{cached[2]},"elapsed":{elapsed:.6f},"message":"done"}}\n')
-            else:
-                # (the table's entry is what :.3f writes unless the time is within a
-                # millionth of a millisecond of a tie, which :.3f decides on the float's
-                # exact value, or is negative: a monotonic clock stepped back, as a faked
-                # one can, RT11)
-                elapsed = job[2]
-                scaled = elapsed * 1000.0 + 0.5
-                run = floor(scaled)  # (math.floor: a call int() is not cached for)
-                shown = _ELAPSED[run] if 0.0 <= elapsed and run < 1000 and scaled - run > 1e-6 \
-                    else f"{elapsed:.3f}"
-                pending.append(f"{head} class={job[0]} jid={job[1]} elapsed={shown}{self.tail}")
-            if len(pending) >= MAX_PENDING:
+        now = time.time()
+        if self._lo <= now and now < self._hi:  # (not chained: three dispatches fewer)
+            head = self._head_text
+        else:
+            head = self._head(now)
+            # (the lines held counted as a millisecond begins, not per line: ~4 % of its cost)
+            if len(handler.pending) >= MAX_PENDING:
                 self._flush(handler)
-        finally:
-            if locked:
-                handler.release()
+        # (a table's entry is what :.3f, or json's :.6f, writes unless the time is within a
+        # millionth of a unit of a tie, which the format decides on the float's exact value,
+        # or is negative, as a faked monotonic clock stepped back makes it: RT11)
+        pending = handler.pending
+        if self.structured:
+            if shown != self._class or res.queue != self._queue:
+                self._keep_class(shown, res.queue)
+            # A payload without a backslash had no escape in any string: its jid, read from
+            # it (or made by derived_jid, hex), is the text between its quotes, which holds
+            # no '"' and, its parser being strict, no control character: JSON's text of it
+            # (escaping each jid was an eighth of a json line's cost). 92 is the backslash:
+            # a bytes test of an int is a memchr, of b"\\" a TypeError raised and cleared.
+            if 92 in res.payload:
+                jid = _encode_str(jid)[1:-1]
+            scaled = elapsed * 1e6 + 0.5
+            run = floor(scaled)  # (math.floor: a call int() is not cached for)
+            # (the head ends in ',"jid":"', the class's text starts with the jid's '"')
+            if 0.0 <= elapsed and run < 1_000_000 and scaled - run > 1e-6:
+                pending.append(f"{head}{jid}{self._class_text}"
+                               f"{_ELAPSED[run // 1000]}{self._ends[run % 1000]}")
+            else:
+                pending.append(f'{head}{jid}{self._class_text}{elapsed:.6f},"message":"done"}}\n')
+        else:
+            if shown != self._class:
+                self._keep_class(shown, None)
+            scaled = elapsed * 1000.0 + 0.5
+            run = floor(scaled)
+            if 0.0 <= elapsed and run < 1000 and scaled - run > 1e-6:
+                pending.append(f"{head}{self._class_text}{jid}{self._ends[run]}")
+            else:
+                pending.append(f"{head}{self._class_text}{jid} elapsed={elapsed:.3f}"
+                               f"{self.tail}")
 
-    def _logged(self, job: tuple | None = None) -> None:
+    def _logged(self, shown: str, jid: str, elapsed: float, queue: str | None) -> None:
         """Through logging (another handler, a filter, or INFO off: see bind)."""
-        if job is not None:
-            set_context(job_context(job[0], job[1], job[2], job[3]))
+        set_context(job_context(shown, jid, elapsed, queue))
         self.logger.info("done")
 
-    def _head(self, now: float, lane: str) -> str:
-        """What a line written at ``now`` in ``lane`` starts with: in text its time, pid, tid
-        and lane; in json ``{"time":...`` to the lane's fields. Kept for the clock's readings
-        from ``now`` to a microsecond before the millisecond's end: the text is a function of
-        the reading, and in that span ``int((t - second) * 1000)`` is the same for every t
-        (the subtraction is exact and both steps keep order; the microsecond is four times
-        the rounding of an epoch float; a clock stepped back goes below ``now``, outside)."""
+    def _head(self, now: float) -> str:
+        """What a line written at ``now`` in its lane (``_head_lane``) starts with: in text its
+        time, pid, tid and lane; in json ``{"time":...`` to the lane's fields and ``"jid":"``
+        (every done line's next field). Kept for the clock's readings from ``now`` to a
+        microsecond before the millisecond's end: the text is a function of the reading, and
+        in that span ``int((t - second) * 1000)`` is the same for every t (the subtraction is
+        exact and both steps keep order; the microsecond is four times the rounding of an
+        epoch float; a clock stepped back goes below ``now``, outside)."""
         formatter = self.formatter
         fraction = now - formatter._second
         if not 0.0 <= fraction < 1.0:
@@ -460,47 +482,35 @@ class JobLog:
             fraction = now - formatter._second
         millis = int(fraction * 1000)
         stamp = formatter._text + _MILLIS[millis]
+        lane = self._head_lane
         if self.structured:
             middle = self.middle if not lane else formatter.middle(
                 self.pid, "INFO", self.name, lane)
-            head = f'{{"time":"{stamp}"{middle}'
+            head = f'{{"time":"{stamp}"{middle},"jid":"'
         else:
             head = f"{stamp}{self.middle}{lane}"
-        self._head_text, self._head_lane = head, lane
+        self._head_text = head
         self._lo, self._hi = now, formatter._second + (millis + 1) / 1000 - 1e-6
         return head
 
-    def _from_context(self, head: str) -> str:
-        """A done line from the job context the worker set (``done()`` without figures)."""
-        context = _context.get()
+    def _keep_class(self, shown: str, queue: str | None) -> None:
+        """The text a line has between the jid and the elapsed time (json: from the jid's
+        closing quote to ``"elapsed":``) or before the jid (text: `` class=X jid=``), kept
+        while the class and queue repeat (a batch is mostly of one class)."""
         if self.structured:
-            fields = _fields_json(context) if context.__class__ is tuple else ""
-            return f'{head}{fields},"message":"done"}}\n'
-        if context.__class__ is tuple:
-            context = _text(context)
-        return f"{head}{context}{self.tail}"
-
-    def _json_fields(self, job_class, queue) -> tuple:
-        """The class and queue's json text (see _fields_json), kept while they repeat."""
-        text = f',"class":{_jstr(job_class)}'
-        if queue is not None:
-            text += f',"queue":{_jstr(queue)}'
-        self._fields = (job_class, queue, text)
-        return self._fields
+            text = f'","class":{_jstr(shown)}'
+            if queue is not None:
+                text += f',"queue":{_jstr(queue)}'
+            text += ',"elapsed":'
+        else:
+            text = f" class={shown} jid="
+        self._class_text, self._class, self._queue = text, shown, queue
 
     def flush(self) -> None:
         """Write the lines held (one write). On an error logging takes over from now on."""
         handler = self.handler
-        if handler is None:
-            return
-        if not self.locked:
+        if handler is not None:
             self._flush(handler)
-            return
-        handler.acquire()
-        try:
-            self._flush(handler)
-        finally:
-            handler.release()
 
     def _flush(self, handler) -> None:
         try:
@@ -512,3 +522,34 @@ class JobLog:
     def use_logging(self) -> None:
         """Through logging from now on (queued's handler failed to write; until bind)."""
         self.handler = None
+
+
+class LaneJobLog(JobLog):
+    """The done lines of a worker of many jobs at once: jobs end on several threads, each in
+    its lane (set_lane), so the held lines, the head and the class's text kept are touched
+    under the handler's lock, as its own emit() does, and a line's head is made anew when
+    its lane is not the last line's."""
+
+    def done(self, shown: str, jid: str, elapsed: float, res) -> None:
+        handler = self.handler
+        if handler is None:
+            self._logged(shown, jid, elapsed, res.queue)
+            return
+        handler.acquire()
+        try:
+            lane = _lane.get()
+            if lane != self._head_lane:
+                self._head_lane, self._hi = lane, 0.0
+            JobLog.done(self, shown, jid, elapsed, res)
+        finally:
+            handler.release()
+
+    def flush(self) -> None:
+        handler = self.handler
+        if handler is None:
+            return
+        handler.acquire()
+        try:
+            self._flush(handler)
+        finally:
+            handler.release()

@@ -84,6 +84,7 @@ class _Run:
     """What the start of a run found out, for its end."""
     res: Reservation
     msg: dict
+    jid: str  # as it started (the payload's, or derived_jid's): its lines name this one
     name: str
     shown: str  # the class to show (ActiveJob's wrapped one: codec.job_class_name)
     cls: type | None
@@ -314,15 +315,14 @@ class Runner:
                 _task.set((task_id, jid))  # (for say())
                 if slow:
                     self._working(task_id, msg, res.queue)
-        return _Run(res, msg, name, shown, cls, args, kwargs, timeout, task_id, info)
+        return _Run(res, msg, jid, name, shown, cls, args, kwargs, timeout, task_id, info)
 
     def _instance(self, run: _Run):
         cls = run.cls  # (called as a local: a call straight off a slot is not cached)
         if cls is None:
             raise UnknownJobClass(registry.missing(run.name))
         job = cls()
-        job.jid, job.queue, job.msg, job.task_id = (run.msg["jid"], run.res.queue, run.msg,
-                                                    run.task_id)
+        job.jid, job.queue, job.msg, job.task_id = run.jid, run.res.queue, run.msg, run.task_id
         return job
 
     def _ended(self, run: _Run, lane: Lane, error: BaseException | None,
@@ -338,7 +338,7 @@ class Runner:
         if error is not None or run.info.hooks:
             # the lines logged from here on (its failure, its hook's) say how long it ran
             # (the done line is made from the job's own figures: _done)
-            logsetup.set_context(logsetup.job_context(run.shown, msg["jid"], elapsed,
+            logsetup.set_context(logsetup.job_context(run.shown, run.jid, elapsed,
                                                       res.queue))
         if error is None and run.task_id is None and res.member and "unique_for" not in msg:
             self.ends.ack(res)  # (outcomes.end's common case, without its calls)
@@ -359,7 +359,7 @@ class Runner:
               elapsed: float) -> None:
         if error is None:
             if self.job_logging:
-                self.joblog.done((run.shown, run.msg["jid"], elapsed, run.res.queue))
+                self.joblog.done(run.shown, run.jid, elapsed, run.res)
             lane.writer.end(False)
         else:  # (an over-limit reschedule is no failure: issue 21)
             lane.writer.end(not isinstance(error, ops.Release) and not rescheduled(error))

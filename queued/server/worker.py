@@ -124,7 +124,7 @@ class Worker(WorkerSignals):
         random.seed()
         logsetup.retag(f"w{self.slot}")
         threaded = self.threads > 1
-        self.joblog = logsetup.JobLog(log.name, locked=threaded)
+        self.joblog = (logsetup.LaneJobLog if threaded else logsetup.JobLog)(log.name)
         self.joblog.bind()
         self.writer = SlotWriter(self.table, self.slot, os.getpid())
         self.writer.tick()  # the record names this pid from now on (the master never writes it)
