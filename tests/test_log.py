@@ -472,6 +472,26 @@ def test_after_a_failed_write_done_lines_go_through_logging(logfile, monkeypatch
     assert lines(logfile) == [f" class=X jid={'b' * 24} elapsed=0.500 INFO queued.worker: done"]
 
 
+def test_a_failed_write_at_max_pending_sends_that_line_through_logging(logfile, monkeypatch):
+    # (the line whose millisecond found MAX_PENDING held: its write failed, the held lines are
+    # dropped, and the line itself goes through logging, not into the dropped list)
+    logfile, ours = logfile
+    ours()
+    joblog = bound_at(monkeypatch, 1_800_000_000.0)
+    handler = joblog.handler
+    for i in range(logsetup.MAX_PENDING):
+        joblog.done("X", f"{i:024d}", 0.5, res("q"))
+
+    def broken():
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(handler, "flush_pending", broken)
+    monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.0011)
+    joblog.done("X", "b" * 24, 0.5, res("q"))
+    assert joblog.handler is None and handler.pending == []
+    assert lines(logfile) == [f" class=X jid={'b' * 24} elapsed=0.500 INFO queued.worker: done"]
+
+
 def test_lines_written_while_the_worker_binds_again_are_all_written_once(logfile):
     """A worker of many jobs at once binds its done lines again after a log reopen (USR2)
     while its job threads write them: binding cleared the handler first, and a thread's line

@@ -429,6 +429,9 @@ class JobLog:
             # (the lines held counted as a millisecond begins, not per line: ~4 % of its cost)
             if len(handler.pending) >= MAX_PENDING:
                 self._flush(handler)
+                if self.handler is None:  # (the write failed: logging writes from now on)
+                    self._logged(shown, jid, elapsed, res.queue)
+                    return
         # (a table's entry is what :.3f, or json's :.6f, writes unless the time is within a
         # millionth of a unit of a tie, which the format decides on the float's exact value,
         # or is negative, as a faked monotonic clock stepped back makes it: RT11)
