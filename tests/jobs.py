@@ -233,6 +233,26 @@ class Chatty(queued.Job):
         _finish(self)
 
 
+class ChattyGate(queued.Job):
+    """Logs through logging, then runs until the gate ``tag`` opens (jobs at once in lanes)."""
+
+    def perform(self, tag):
+        import logging
+        logging.getLogger("app.chatty").warning("waiting")
+        _start(self)
+        wait_gate(tag)
+        _finish(self)
+
+
+class RenamesItself(queued.Job):
+    """Changes its payload's jid as it runs (as a careless job or middleware might)."""
+
+    def perform(self):
+        _start(self)
+        self.msg["jid"] = "renamed-by-the-job"
+        _finish(self)
+
+
 class Releases(queued.Job):
     """Releases itself on its first ``times`` runs (``delay`` seconds each), then finishes."""
     queued_options = {"retry": 3}

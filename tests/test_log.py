@@ -242,7 +242,7 @@ def test_json_fast_done_line_is_the_line_logging_writes(jsonlog):
     joblog.use_logging()  # the logging module's way
     joblog.done("X", "j" * 24, 0.0123456, res("default"))
     first, second = objects(path)
-    assert first.pop("time") and second.pop("time")
+    assert TIME.match(first.pop("time")) and TIME.match(second.pop("time"))
     assert first == second == {"level": "INFO", "logger": "queued.worker", "pid": first["pid"],
                                "tid": "w3", "slot": 3, "jid": "j" * 24, "class": "X",
                                "queue": "default", "elapsed": 0.012346, "message": "done"}
@@ -374,6 +374,15 @@ def test_the_json_done_lines_jid_is_the_jid_logging_writes(jsonlog, jid, ensure_
     assert json.loads(fast)["jid"] == jid
 
 
+def test_the_json_done_lines_class_and_queue_are_the_text_logging_writes(jsonlog):
+    # (as text, not only as values: non-ASCII written as it is, a quote escaped)
+    path, ours = jsonlog
+    ours()
+    fast, logged = fast_and_logged_json(path, "Ünï::✓", "j", 0.5, res('q"1'))
+    assert fast == logged
+    assert ',"class":"Ünï::✓","queue":"q\\"1",' in fast
+
+
 def test_a_payloads_strict_parser_lets_no_raw_control_character_through():
     # (what the fast json line counts on for a payload without a backslash)
     from queued import payload as codec
@@ -490,6 +499,137 @@ def test_a_failed_write_at_max_pending_sends_that_line_through_logging(logfile, 
     joblog.done("X", "b" * 24, 0.5, res("q"))
     assert joblog.handler is None and handler.pending == []
     assert lines(logfile) == [f" class=X jid={'b' * 24} elapsed=0.500 INFO queued.worker: done"]
+
+
+def test_lane_joblog_lines_of_threads_carry_their_own_lane_and_class(logfile):
+    # (threads switching every microsecond: without the lock in done() lines took another
+    # thread's lane, head or class; without it in flush() lines were written twice)
+    import sys
+    import threading
+    logfile, ours = logfile
+    ours()
+    joblog = logsetup.LaneJobLog("queued.worker")
+    joblog.bind()
+    n = 20_000
+
+    def write(t):
+        logsetup.set_lane(t + 1)
+        for i in range(n):
+            joblog.done(f"C{t}", f"{t}-{i:020d}", 0.001, res(f"q{t}"))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=write, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            joblog.flush()
+    finally:
+        sys.setswitchinterval(interval)
+    joblog.flush()
+    written = logfile.read_text().splitlines()
+    assert len(written) == len(set(written)) == 4 * n
+    pairs = {tuple(x.split()[2:4]) for x in written}
+    assert pairs == {(f"tid=w3-{t + 1}", f"class=C{t}") for t in range(4)}
+
+
+def test_lane_joblog_under_another_logging_setup_goes_through_logging(logfile):
+    logfile, ours = logfile
+    ours()
+    seen = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    logging.getLogger().addHandler(Collect())
+    joblog = logsetup.LaneJobLog("queued.worker")
+    joblog.bind()
+    assert joblog.handler is None
+    joblog.done("X", "j" * 24, 1.5, res("q"))
+    assert seen == ["done"]
+    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=1.500 INFO queued.worker: done"]
+
+
+def test_text_done_lines_follow_a_change_of_class(logfile):
+    logfile, ours = logfile
+    ours()
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    for shown in ("X", "Y", "X"):
+        joblog.done(shown, "j", 0.5, res("q"))
+    joblog.flush()
+    assert [x.split()[0] for x in lines(logfile)] == ["class=X", "class=Y", "class=X"]
+
+
+def test_json_done_lines_follow_a_change_of_class_or_queue(jsonlog):
+    path, ours = jsonlog
+    ours()
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    pairs = [("X", "a"), ("X", "b"), ("Y", "b"), ("Y", "b"), ("X", "a")]
+    for shown, queue in pairs:
+        joblog.done(shown, "j", 0.5, res(queue))
+    joblog.flush()
+    assert [(o["class"], o["queue"]) for o in objects(path)] == pairs
+
+
+def test_a_bind_to_another_format_makes_the_class_text_anew(logfile, jsonlog):
+    # (json, then text, for the same class and queue: the text line has no json in it)
+    path, ours = jsonlog
+    ours()
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    joblog.done("X", "j", 0.5, res("q"))
+    joblog.flush()
+    text_path, text_ours = logfile
+    text_ours()
+    logsetup.retag("w3")
+    joblog.bind()
+    assert not joblog.structured
+    joblog.done("X", "j", 0.5, res("q"))
+    joblog.flush()
+    assert lines(text_path) == [" class=X jid=j elapsed=0.500 INFO queued.worker: done"]
+
+
+def test_a_joblog_of_another_logger_writes_the_line_logging_writes(logfile):
+    logfile, ours = logfile
+    ours()
+    joblog = logsetup.JobLog("queued.other")
+    joblog.bind()
+    assert joblog.handler is not None
+    joblog.done("X", "j", 0.5, res("q"))
+    joblog.flush()
+    joblog.use_logging()
+    joblog.done("X", "j", 0.5, res("q"))
+    assert lines(logfile) == [" class=X jid=j elapsed=0.500 INFO queued.other: done"] * 2
+
+
+def test_a_joblog_of_one_job_at_a_time_writes_no_lane(logfile, monkeypatch):
+    # (even where a lane is set and a new millisecond makes the head anew)
+    logfile, ours = logfile
+    ours()
+    joblog = bound_at(monkeypatch, 1_800_000_000.0)
+    logsetup.set_lane(2)
+    try:
+        monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.0021)
+        joblog.done("X", "j", 0.5, res("q"))
+    finally:
+        logsetup.set_lane(0)
+    joblog.flush()
+    assert [x.split()[2] for x in logfile.read_text().splitlines()] == ["tid=w3"]
+
+
+def test_exactly_max_pending_held_lines_go_out_as_a_millisecond_begins(logfile, monkeypatch):
+    logfile, ours = logfile
+    ours()
+    joblog = bound_at(monkeypatch, 1_800_000_000.0)
+    for i in range(logsetup.MAX_PENDING):
+        joblog.done("X", f"{i:024d}", 0.001, res("q"))
+    monkeypatch.setattr(logsetup.time, "time", lambda: 1_800_000_000.0011)
+    joblog.done("X", "z" * 24, 0.001, res("q"))
+    assert len(lines(logfile)) == logsetup.MAX_PENDING
 
 
 def test_lines_written_while_the_worker_binds_again_are_all_written_once(logfile):

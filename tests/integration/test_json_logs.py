@@ -44,6 +44,38 @@ def test_every_line_is_a_json_object_with_the_jobs_fields(daemon, producer, r, t
     assert 'in perform' in fail["traceback"] and "jobs.py" in fail["traceback"]
 
 
+def test_a_threaded_workers_done_lines_carry_each_jobs_lane(daemon, producer, r, tmp_path):
+    # Given a worker of 4 jobs at once, 4 jobs each logging a line then waiting at a gate
+    path = tmp_path / "queued.log"
+    d = daemon(concurrency=1, threads=4, log_format="json", logfile=str(path))
+    ids = [jobs.ChattyGate.perform_async("lanes") for _ in range(4)]
+    wait_for(lambda: r.hlen(jobs.RUNS) == 4, 10, what="the 4 jobs running at once")
+    jobs.open_gate(r, "lanes")
+    wait_for(lambda: r.hlen(jobs.DONE) == 4, 10, what="the jobs")
+    assert d.stop() == 0
+    # Then each job's done line carries the lane its own line did, 4 lanes in all
+    got = objects(path.read_text())
+    lanes = set()
+    for jid in ids:
+        own, done = [o for o in got if o.get("jid") == jid]
+        assert (own["message"], done["message"]) == ("waiting", "done")
+        assert (done["tid"], done["thread"]) == (own["tid"], own["thread"])
+        assert done["tid"] == f"w0-{done['thread']}"
+        lanes.add(done["thread"])
+    assert len(lanes) == 4
+
+
+def test_a_done_line_names_the_jid_its_job_started_with(daemon, producer, r, tmp_path):
+    # (a job that changes its payload's jid as it runs: its line names the job that ran)
+    path = tmp_path / "queued.log"
+    d = daemon(concurrency=1, log_format="json", logfile=str(path))
+    jid = jobs.RenamesItself.perform_async()
+    wait_for(lambda: r.hlen(jobs.DONE) == 1, 10, what="the job")
+    assert d.stop() == 0
+    (done,) = [o for o in objects(path.read_text()) if o["message"] == "done"]
+    assert (done["jid"], done["class"]) == (jid, "RenamesItself")
+
+
 def test_usr2_reopens_the_file_in_json_mode(daemon, producer, r, tmp_path):
     path = tmp_path / "queued.log"
     d = daemon(concurrency=2, log_format="json", logfile=str(path))
