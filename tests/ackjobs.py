@@ -41,3 +41,15 @@ class Step(queued.Job):
         time.sleep(seconds)  # (the workload: a job of this length)
         if gate is not None:
             wait_gate(gate)
+
+
+class HookAtGate(queued.Job):
+    """Succeeds at once; its after_succeeded hook then waits at the gate ``gate`` (its ack is
+    queued before the hook runs, and may go out meanwhile)."""
+    queued_options = {"retry": 0}
+
+    def perform(self, gate):
+        queued.get_redis().hincrby(RUNS, self.jid, 1)
+
+    def after_succeeded(self):
+        wait_gate(self.msg["args"][0])

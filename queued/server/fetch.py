@@ -152,6 +152,7 @@ class Fetcher(SentAhead):
             # would otherwise take its job for a lost one and hand it over again.
             self._read_acks()
         self._run_again()  # (a job's end refused or lost: the same, for a job of a task)
+        self._ends_out()
         acks, self._acks = self._acks, []
         args = [n, len(self.queues), landing_queue, self.identity, int(adopt), len(acks),
                 *acks, *self.queues,

@@ -15,16 +15,19 @@ The line a worker logs at the end of every job (``job_logging``, on by default a
 is written by ``JobLog`` without the logging module's machinery (a LogRecord, the handler's
 lock, the formatter, a flush per record: ~13 us a line here, a third of a no-op job's cost in
 an outside run): it formats the same text itself, and the lines of a worker's batch of jobs go
-out together in one write: in a worker of one job at a time when the batch ends, and whenever
-the acks of its finished jobs go out before that (before a job that may run long, and every
-20 ms in a long batch), so a job whose ack has gone out has its line written (a kill -9 loses
-the lines of the jobs it also runs again, no other: RT9); in a worker of many jobs at once,
-before the dispatcher waits; in both, at MAX_PENDING lines (counted as a millisecond begins),
-and before any other line (so the order holds). A write is a system call and wakes whoever
-reads the log (journald, a pipe): one per job cost ~10 % of a no-op job's throughput by
-itself. It does so only while queued's own handler is the one in place; with any other
-logging setup it goes through ``logging`` like every other line. A worker of many jobs at
-once writes through ``LaneJobLog``: its lines end on several threads, each in its lane.
+out together in one write: in a worker of one job at a time when the batch ends; in a worker
+of many jobs at once before the dispatcher waits; in both at MAX_PENDING lines, before any
+other line (so the order holds), and before any ack goes out (the worker's fetcher asks:
+``before_ends``), a job's line being made before its ack is queued, so a job whose ack has
+gone out has its line written (a kill -9 loses the lines of the jobs it also runs again, no
+other: RT9, RT12). A write is a system call and wakes whoever reads the log (journald, a
+pipe): one per job cost ~10 % of a no-op job's throughput by itself. It does so only while
+queued's own handler is the one in place; with any other logging setup it goes through
+``logging`` like every other line. A worker of many jobs at once writes through
+``LaneJobLog``: its lines end on several threads, each in its lane. In a worker of one job at
+a time only the worker's thread makes lines, without a lock, but any thread may write them
+(a line logged on a thread of the job's own flushes them first): the held lines are taken
+under the handler's lock, and only those taken are removed (RT12).
 
 ``log_format: json`` writes one JSON object per line instead, for log shippers: ``time``,
 ``level``, ``logger``, ``pid``, ``tid``, ``slot`` (null in the master), and while a job runs its
@@ -95,9 +98,8 @@ def job_context(job_class: str, jid: str, elapsed: float | None = None,
     return (jid, job_class, queue, elapsed)
 
 
-#: Done lines held before they go out anyway (a long batch of short jobs), counted as a new
-#: millisecond begins: at most this many and those of one millisecond more. (A module global,
-#: not JobLog's: Python 3.11 caches no class attribute read through an instance.)
+#: Done lines held at most before they go out anyway (a long batch of short jobs). (A module
+#: global, not JobLog's: Python 3.11 caches no class attribute read through an instance.)
 MAX_PENDING = 64
 #: ".000Z" ... ".999Z": a time's milliseconds as a line writes them (an index, not a format)
 _MILLIS = tuple(f".{i:03d}Z" for i in range(1000))
@@ -216,9 +218,16 @@ class _Pending:
     pending: list[str]
 
     def flush_pending(self) -> None:
-        if not self.pending:
+        """Write the held lines (under the handler's lock: its callers hold it). Only the
+        lines taken are removed: a worker of one job at a time appends without the lock,
+        and a line added meanwhile stays for the next write. A character UTF-8 cannot
+        encode (a lone surrogate) is written as its escape, as stderr's logging writes it."""
+        pending = self.pending
+        taken = pending[:]
+        if not taken:
             return
-        data, self.pending[:] = "".join(self.pending).encode("utf-8", "replace"), []
+        del pending[:len(taken)]
+        data = "".join(taken).encode("utf-8", "backslashreplace")
         fd = self.stream.fileno()
         while data:
             data = data[os.write(fd, data):]
@@ -334,7 +343,7 @@ def write_record(level: str, name: str, message: str) -> None:
     fd, formatter = direct
     line = formatter.line(time.time(), os.getpid(), level, name, message) + "\n"
     try:
-        os.write(fd, line.encode("utf-8", "replace"))
+        os.write(fd, line.encode("utf-8", "backslashreplace"))
     except OSError:
         pass
 
@@ -426,12 +435,6 @@ class JobLog:
             head = self._head_text
         else:
             head = self._head(now)
-            # (the lines held counted as a millisecond begins, not per line: ~4 % of its cost)
-            if len(handler.pending) >= MAX_PENDING:
-                self._flush(handler)
-                if self.handler is None:  # (the write failed: logging writes from now on)
-                    self._logged(shown, jid, elapsed, res.queue)
-                    return
         # (a table's entry is what :.3f, or json's :.6f, writes unless the time is within a
         # millionth of a unit of a tie, which the format decides on the float's exact value,
         # or is negative, as a faked monotonic clock stepped back makes it: RT11)
@@ -464,6 +467,8 @@ class JobLog:
             else:
                 pending.append(f"{head}{self._class_text}{jid} elapsed={elapsed:.3f}"
                                f"{self.tail}")
+        if len(pending) >= MAX_PENDING:
+            self._flush(handler)
 
     def _logged(self, shown: str, jid: str, elapsed: float, queue: str | None) -> None:
         """Through logging (another handler, a filter, or INFO off: see bind)."""
@@ -516,11 +521,15 @@ class JobLog:
             self._flush(handler)
 
     def _flush(self, handler) -> None:
+        """(Under the handler's lock, as its emit() writes them from any thread.)"""
+        handler.acquire()
         try:
             handler.flush_pending()
         except (OSError, ValueError):
             handler.pending.clear()
             self.use_logging()
+        finally:
+            handler.release()
 
     def use_logging(self) -> None:
         """Through logging from now on (queued's handler failed to write; until bind)."""
@@ -544,15 +553,5 @@ class LaneJobLog(JobLog):
             if lane != self._head_lane:
                 self._head_lane, self._hi = lane, 0.0
             JobLog.done(self, shown, jid, elapsed, res)
-        finally:
-            handler.release()
-
-    def flush(self) -> None:
-        handler = self.handler
-        if handler is None:
-            return
-        handler.acquire()
-        try:
-            self._flush(handler)
         finally:
             handler.release()

@@ -223,10 +223,12 @@ class Runner:
             if lane.number:  # a lane's failure may take a while to write: see run_async
                 lane.writer.ending()
         elapsed = time.monotonic() - start
+        if error is None and self.job_logging:  # (before its ack is queued: see log.py)
+            self.joblog.done(run.shown, run.jid, elapsed, run.res)
         hook = self._ended(run, lane, error, elapsed)
         if hook is not None and job is not None and hook in run.info.hooks:
             call_hook(job, hook, *(() if error is None else (error,)))
-        self._done(run, lane, error, elapsed)
+        self._done(lane, error)
 
     async def run_async(self, res: Reservation, msg: dict, lane: Lane) -> None:
         """A parsed job whose perform is ``async def``, as a task on the event loop: its time
@@ -267,6 +269,8 @@ class Runner:
             if limit is not None:
                 limit.close()
         elapsed = time.monotonic() - start
+        if error is None and self.job_logging:  # (before its ack is queued: see log.py)
+            self.joblog.done(run.shown, run.jid, elapsed, run.res)
         if self.ends_executor is not None and (error is not None or "unique_for" in msg):
             # Its end is a Redis round trip (or retried through an outage; a unique job's
             # lock release): on the ends thread, not the loop. Its run is over: its time
@@ -284,7 +288,7 @@ class Runner:
                 await result
             except (Exception, asyncio.CancelledError):  # noqa: BLE001 - as call_hook
                 log.exception("%s hook raised", hook)
-        self._done(run, lane, error, elapsed)
+        self._done(lane, error)
         logsetup.set_context("")
 
     def _begin(self, res: Reservation, msg: dict, lane: Lane, held: int,
@@ -337,7 +341,7 @@ class Runner:
             elapsed if known is None or elapsed > known else 0.9 * known + 0.1 * elapsed)
         if error is not None or run.info.hooks:
             # the lines logged from here on (its failure, its hook's) say how long it ran
-            # (the done line is made from the job's own figures: _done)
+            # (the done line was made from the job's own figures: run)
             logsetup.set_context(logsetup.job_context(run.shown, run.jid, elapsed,
                                                       res.queue))
         if error is None and run.task_id is None and res.member and "unique_for" not in msg:
@@ -355,11 +359,10 @@ class Runner:
                 self.recorder.flush()
         return hook
 
-    def _done(self, run: _Run, lane: Lane, error: BaseException | None,
-              elapsed: float) -> None:
+    @staticmethod
+    def _done(lane: Lane, error: BaseException | None) -> None:
+        """The lane's record: idle again (its done line was made before its end: run)."""
         if error is None:
-            if self.job_logging:
-                self.joblog.done(run.shown, run.jid, elapsed, run.res)
             lane.writer.end(False)
         else:  # (an over-limit reschedule is no failure: issue 21)
             lane.writer.end(not isinstance(error, ops.Release) and not rescheduled(error))

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import redis
 
@@ -81,6 +81,9 @@ class SentAhead:
         self._conn = None
         self.client_id = 0  # of the connection above, once made (see _connection)
         self._acks: list[bytes] = []  # finished jobs whose ZREM goes out with the next call
+        #: Called before acks or a task's ends go out: the worker writes the done lines of the
+        #: jobs they end first (log.py; a kill -9 then loses no line of a job acked)
+        self.before_ends: Callable[[], None] | None = None
         #: jobs of tasks that succeeded, whose ends go out with the acks (finishes.py)
         self.finishes = Finishes(keys, self.reserved_key)
         #: acks (lists of members) and script calls (_Ahead) sent ahead, replies unread
@@ -122,6 +125,7 @@ class SentAhead:
         conn = self._connection()
         commands = []
         if with_acks:  # (in the order their entries go into _unread)
+            self._ends_out()
             commands += self._finish_commands()
             if self._acks:
                 commands.append(("ZREM", self.reserved_key, *self._acks))
@@ -208,6 +212,11 @@ class SentAhead:
             self.reset_connection()
             raise
 
+    def _ends_out(self) -> None:
+        """Acks or a task's ends are about to go out: see ``before_ends``."""
+        if self.before_ends is not None and (self._acks or self.finishes.pending):
+            self.before_ends()
+
     def send_acks(self) -> None:
         """Send the pending acks now without waiting for the reply (it is read with the next
         call's). The worker does this between the jobs of a batch: without it the finished
@@ -216,6 +225,7 @@ class SentAhead:
         stay pending and go out with the next call."""
         if not (self._acks or self.finishes.pending) or self._sent is not None:
             return  # (with a reserve reply unread, they go out with the next call)
+        self._ends_out()
         try:
             conn = self._connection()
             commands = self._finish_commands()
@@ -312,6 +322,7 @@ class SentAhead:
         self._settle()
         self._run_again()
         if self._acks or self._unread or self.finishes.pending:
+            self._ends_out()
             conn = self._connection()
             try:
                 commands = self._finish_commands()

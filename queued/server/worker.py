@@ -158,6 +158,10 @@ class Worker(WorkerSignals):
         events.fire("worker_start")
         if not threaded:
             events.fire("thread_start")
+        # (again: a hook may have added a handler of its own, which then gets the done lines
+        # through logging: RT12)
+        self.joblog.bind()
+        self.fetcher.before_ends = self.joblog.flush  # (a job's line out before its ack)
         self._announce_idle()  # wakes the master: this worker is up (systemd's READY waits)
 
     # --- the loop ----------------------------------------------------------------------------
