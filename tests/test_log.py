@@ -157,11 +157,11 @@ def bound_at(monkeypatch, now: float, cls=logsetup.JobLog) -> logsetup.JobLog:
     return joblog
 
 
-def test_held_done_lines_go_out_at_max_pending(logfile, monkeypatch):
+def test_a_lane_joblogs_held_lines_go_out_at_max_pending(logfile, monkeypatch):
     # (with the clock stopped: the count does not wait for a new millisecond, RT12)
     logfile, ours = logfile
     ours()
-    joblog = bound_at(monkeypatch, 1_800_000_000.0)
+    joblog = bound_at(monkeypatch, 1_800_000_000.0, logsetup.LaneJobLog)
     for i in range(logsetup.MAX_PENDING - 1):
         joblog.done("X", f"{i:024d}", 0.001, res("q"))
     assert logfile.read_text() == ""
@@ -170,6 +170,19 @@ def test_held_done_lines_go_out_at_max_pending(logfile, monkeypatch):
     for i in range(logsetup.MAX_PENDING):
         joblog.done("X", f"{i:024d}", 0.001, res("q"))
     assert len(lines(logfile)) == 2 * logsetup.MAX_PENDING
+
+
+def test_a_joblog_holds_its_batchs_lines_until_the_worker_flushes(logfile, monkeypatch):
+    # (a worker of one job at a time writes them as its batch ends and as its acks go out:
+    # tests/integration/test_done_lines.py; no count per line)
+    logfile, ours = logfile
+    ours()
+    joblog = bound_at(monkeypatch, 1_800_000_000.0)
+    for i in range(3 * logsetup.MAX_PENDING):
+        joblog.done("X", f"{i:024d}", 0.001, res("q"))
+    assert logfile.read_text() == ""
+    joblog.flush()
+    assert len(lines(logfile)) == 3 * logsetup.MAX_PENDING
 
 
 # --- log_format: json -----------------------------------------------------------------------
