@@ -228,6 +228,41 @@ def test_ack_is_written_behind_and_lands_on_flush(r, fetcher):
     assert r.zcard(RESERVED) == 0
 
 
+@pytest.mark.parametrize("send", ["send_acks", "flush", "reserve", "block", "script"])
+def test_before_ends_is_called_before_any_call_that_carries_acks(r, fetcher, send, tmp_path):
+    # (the worker writes the done lines of the jobs acked there: RT12)
+    from queued.connection import Script
+    (tmp_path / "one.lua").write_text("return 1")
+    one = Script(str(tmp_path), "one")
+    r.lpush("queue:default", job(1), job(2))
+    a, b = fetcher.reserve(2)
+    fetcher.ack(a)
+    seen = []
+    fetcher.before_ends = lambda: seen.append(r.zrange(RESERVED, 0, -1))
+    {"send_acks": fetcher.send_acks, "flush": fetcher.flush,
+     "reserve": lambda: fetcher.reserve(1), "block": lambda: fetcher.block(),
+     "script": lambda: fetcher.run_script(one, [], [])}[send]()
+    fetcher.flush()
+    assert seen == [[a.member, b.member]]  # (once, with the ack not yet applied)
+    assert r.zrange(RESERVED, 0, -1) == [b.member]
+
+
+def test_a_lease_renewal_inside_a_job_carries_no_acks(r, fetcher):
+    # (ops.touch: writing the held done lines there waited on the log under the job's time
+    # limit and the logging handler's lock: RT13)
+    r.lpush("queue:default", job(1))
+    (a,) = fetcher.reserve(1)
+    fetcher.ack(a)
+    seen = []
+    fetcher.before_ends = lambda: seen.append("lines")
+    r.set("lease-of-the-test", 1)
+    assert fetcher.renew_lease("lease-of-the-test", 10_000)
+    assert seen == [] and r.zrange(RESERVED, 0, -1) == [a.member]
+    fetcher.send_acks()
+    fetcher.flush()
+    assert seen == ["lines"] and r.zcard(RESERVED) == 0
+
+
 def test_ack_then_reserve_in_sequence(r, fetcher):
     r.lpush("queue:default", job(1), job(2), job(3))
     for i in (1, 2, 3):

@@ -623,6 +623,53 @@ def test_a_joblog_of_one_job_at_a_time_writes_no_lane(logfile, monkeypatch):
     assert [x.split()[2] for x in logfile.read_text().splitlines()] == ["tid=w3"]
 
 
+def test_a_joblogs_stamps_hold_while_another_thread_logs_records_of_another_second(
+        logfile, monkeypatch):
+    # (JobLog makes its heads without the handler's lock: it shared the formatter's second
+    # with records other threads format under it, and a line came out a second off, or an
+    # IndexError killed the worker: RT13)
+    import itertools
+    import sys
+    import threading
+    import time
+    import types
+    logfile, ours = logfile
+    ours()
+    start = 1_800_000_000.0
+    clock = types.ModuleType("time")  # (log.py's own: other threads read the real clock)
+    clock.__dict__.update(vars(time))
+    clock.time = itertools.count(start, 0.1307).__next__
+    monkeypatch.setattr(logsetup, "time", clock)
+    joblog = logsetup.JobLog("queued.worker")
+    joblog.bind()
+    stop = threading.Event()
+
+    def older():  # (records made earlier, formatted now: a queue of records, say)
+        log = logging.getLogger("app.older")
+        while not stop.is_set():
+            record = log.makeRecord("app.older", logging.INFO, __file__, 1, "old", (), None)
+            record.created = start - 3.4
+            log.handle(record)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    other = threading.Thread(target=older)
+    other.start()
+    try:
+        for _ in range(1000):
+            for _ in range(32):
+                joblog.done("X", "j", 0.001, res("q"))
+            joblog.flush()
+    finally:
+        stop.set()
+        other.join()
+        sys.setswitchinterval(interval)
+    stamps = [x[:24] for x in logfile.read_text().splitlines() if x.endswith(": done")]
+    readings = itertools.islice(itertools.count(start, 0.1307), 1000 * 32)  # (the same sums)
+    want = [logsetup.Formatter("w3").stamp(t) for t in readings]
+    assert stamps == want
+
+
 def test_lines_written_while_the_worker_binds_again_are_all_written_once(logfile):
     """A worker of many jobs at once binds its done lines again after a log reopen (USR2)
     while its job threads write them: binding cleared the handler first, and a thread's line

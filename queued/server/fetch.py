@@ -279,5 +279,9 @@ class Fetcher(SentAhead):
     def renew_lease(self, lease_key: str, lease_ms: int) -> bool:
         """Extend this worker's master's lease (a job's touch): True if it still had one.
         XX: a lease already expired (and maybe reaped) is not brought back."""
-        return self._call("SET", lease_key, "1", "PX", lease_ms, "XX") is not None
+        # (without the pending acks: this runs inside a job (ops.touch), where writing their
+        # done lines first (before_ends) waited on the log under the job's time limit and
+        # the logging handler's lock, which a thread of the job's may hold: RT13)
+        return self._call("SET", lease_key, "1", "PX", lease_ms, "XX",
+                          with_acks=False) is not None
 

@@ -383,6 +383,11 @@ class JobLog:
         self._lo = self._hi = 0.0
         self._head_text = ""
         self._head_lane = ""
+        # The second a head names, as text: JobLog's own, not the handler's formatter's, which
+        # other threads' records use under the handler's lock (JobLog makes lines without
+        # it: sharing it gave lines a second off, and an IndexError that killed the worker,
+        # RT13)
+        self._seconds = Formatter()
 
     def bind(self) -> None:
         """Write directly when queued's own handler is the only one and INFO lines of this
@@ -483,13 +488,13 @@ class JobLog:
         in that span ``int((t - second) * 1000)`` is the same for every t (the subtraction is
         exact and both steps keep order; the microsecond is four times the rounding of an
         epoch float; a clock stepped back goes below ``now``, outside)."""
-        formatter = self.formatter
-        fraction = now - formatter._second
+        formatter, clock = self.formatter, self._seconds
+        fraction = now - clock._second
         if not 0.0 <= fraction < 1.0:
-            formatter.stamp(now)  # (the second's text made anew)
-            fraction = now - formatter._second
+            clock.stamp(now)  # (the second's text made anew)
+            fraction = now - clock._second
         millis = int(fraction * 1000)
-        stamp = formatter._text + _MILLIS[millis]
+        stamp = clock._text + _MILLIS[millis]
         lane = self._head_lane
         if self.structured:
             middle = self.middle if not lane else formatter.middle(
@@ -498,7 +503,7 @@ class JobLog:
         else:
             head = f"{stamp}{self.middle}{lane}"
         self._head_text = head
-        self._lo, self._hi = now, formatter._second + (millis + 1) / 1000 - 1e-6
+        self._lo, self._hi = now, clock._second + (millis + 1) / 1000 - 1e-6
         return head
 
     def _keep_class(self, shown: str, queue: str | None) -> None:
