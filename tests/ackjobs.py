@@ -53,3 +53,17 @@ class HookAtGate(queued.Job):
 
     def after_succeeded(self):
         wait_gate(self.msg["args"][0])
+
+
+class AsyncHookAtGate(queued.Job):
+    """HookAtGate with ``async def perform`` and an async hook (run_async's path)."""
+    queued_options = {"retry": 0}
+
+    async def perform(self, gate):
+        queued.get_redis().hincrby(RUNS, self.jid, 1)
+
+    async def after_succeeded(self):
+        import asyncio
+        from jobs import GATE
+        while not queued.get_redis().exists(GATE + self.msg["args"][0]):
+            await asyncio.sleep(0.01)

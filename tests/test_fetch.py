@@ -247,6 +247,16 @@ def test_before_ends_is_called_before_any_call_that_carries_acks(r, fetcher, sen
     assert r.zrange(RESERVED, 0, -1) == [b.member]
 
 
+def test_no_acks_no_before_ends(r, fetcher):
+    r.lpush("queue:default", job(1))
+    seen = []
+    fetcher.before_ends = lambda: seen.append(1)
+    fetcher.reserve(1)
+    fetcher.send_acks()
+    fetcher.flush()
+    assert seen == []
+
+
 def test_a_lease_renewal_inside_a_job_carries_no_acks(r, fetcher):
     # (ops.touch: writing the held done lines there waited on the log under the job's time
     # limit and the logging handler's lock: RT13)

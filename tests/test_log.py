@@ -505,7 +505,7 @@ def test_after_a_failed_write_done_lines_go_through_logging(logfile, monkeypatch
 
 def test_lane_joblog_lines_of_threads_carry_their_own_lane_and_class(logfile):
     # (threads switching every microsecond: without the lock in done() lines took another
-    # thread's lane, head or class; without it in flush() lines were written twice)
+    # thread's lane, head or class)
     import sys
     import threading
     logfile, ours = logfile
@@ -668,6 +668,96 @@ def test_a_joblogs_stamps_hold_while_another_thread_logs_records_of_another_seco
     readings = itertools.islice(itertools.count(start, 0.1307), 1000 * 32)  # (the same sums)
     want = [logsetup.Formatter("w3").stamp(t) for t in readings]
     assert stamps == want
+
+
+def test_a_line_added_while_the_held_lines_are_taken_stays_held(logfile):
+    # (another thread's append between their copy and their removal: RT12)
+    path, ours = logfile
+    ours()
+    handler = logsetup.own_handler()
+
+    class Racing(list):
+        raced = False
+
+        def _race(self):
+            if not self.raced:
+                self.raced = True
+                self.append(" late\n")
+
+        def __delitem__(self, i):
+            self._race()
+            return list.__delitem__(self, i)
+
+        def __setitem__(self, i, v):
+            self._race()
+            return list.__setitem__(self, i, v)
+
+        def clear(self):
+            self._race()
+            return list.clear(self)
+
+    handler.pending = Racing([" one\n", " two\n"])
+    handler.acquire()
+    try:
+        handler.flush_pending()
+    finally:
+        handler.release()
+    assert path.read_text() == " one\n two\n"
+    assert list(handler.pending) == [" late\n"]
+
+
+@pytest.mark.parametrize("cls", [logsetup.JobLog, logsetup.LaneJobLog])
+def test_the_held_lines_are_written_under_the_handlers_lock(logfile, monkeypatch, cls):
+    import threading
+    logfile, ours = logfile
+    ours()
+    joblog = cls("queued.worker")
+    joblog.bind()
+    handler = joblog.handler
+    held = []
+    real = handler.flush_pending
+
+    def checked():
+        got = []
+        probe = threading.Thread(
+            target=lambda: got.append(handler.lock.acquire(blocking=False)
+                                      and (handler.lock.release() or True)))
+        probe.start()
+        probe.join()
+        held.append(got == [False])  # (another thread could not take it)
+        real()
+
+    monkeypatch.setattr(handler, "flush_pending", checked)
+    joblog.done("X", "j", 0.5, res("q"))
+    joblog.flush()
+    for _ in range(logsetup.MAX_PENDING):  # (LaneJobLog: its count's write)
+        joblog.done("X", "j", 0.5, res("q"))
+    assert held == ([True, True] if cls is logsetup.LaneJobLog else [True])
+
+
+def test_a_signal_handlers_record_writes_a_lone_surrogate_as_its_escape(logfile):
+    path, ours = logfile
+    ours()
+    logsetup.write_record("WARNING", "queued.worker", "job X (jid a\ud800b) past its limit")
+    assert path.read_text(encoding="utf-8").rstrip("\n").endswith(
+        "WARNING queued.worker: job X (jid a\\ud800b) past its limit")
+
+
+def test_a_failed_write_at_max_pending_hands_over_to_logging(logfile, monkeypatch):
+    path, ours = logfile
+    ours()
+    joblog = bound_at(monkeypatch, 1_800_000_000.0, logsetup.LaneJobLog)
+    handler = joblog.handler
+
+    def broken():
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(handler, "flush_pending", broken)
+    for i in range(logsetup.MAX_PENDING):  # (the last one's write fails: no exception out)
+        joblog.done("X", f"{i:024d}", 0.5, res("q"))
+    assert joblog.handler is None and handler.pending == []
+    joblog.done("X", "b" * 24, 0.5, res("q"))
+    assert lines(path) == [f" class=X jid={'b' * 24} elapsed=0.500 INFO queued.worker: done"]
 
 
 def test_lines_written_while_the_worker_binds_again_are_all_written_once(logfile):

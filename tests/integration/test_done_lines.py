@@ -65,6 +65,18 @@ def test_a_lanes_ack_sent_while_its_hook_runs_follows_its_done_line(daemon, prod
     assert d.stop() == 0
 
 
+def test_an_async_lanes_ack_sent_while_its_hook_runs_follows_its_done_line(
+        daemon, producer, r):
+    d = daemon(concurrency=1, threads=2, require=REQUIRE)
+    import ackjobs
+    jid = ackjobs.AsyncHookAtGate.perform_async("ahook")
+    wait_for(lambda: r.hget(jobs.RUNS, jid) == b"1" and reserved_jids(r) == [], 10,
+             what="the job acked, its hook waiting")
+    assert done_jids(d.output()) == [jid]
+    jobs.open_gate(r, "ahook")
+    assert d.stop() == 0
+
+
 def test_a_handler_added_as_a_worker_starts_gets_the_done_lines(daemon, producer, r, tmp_path):
     records = tmp_path / "records.txt"
     d = daemon(concurrency=1, require=("handlerjobs.py",),
