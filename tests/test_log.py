@@ -70,7 +70,8 @@ def test_the_done_line_made_from_the_jobs_figures_is_the_line_logging_writes(log
     assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=0.012 INFO queued.worker: done"] * 2
 
 
-def test_another_logging_setup_gets_the_done_line_through_logging(logfile):
+@pytest.mark.parametrize("cls", [logsetup.JobLog, logsetup.LaneJobLog])
+def test_another_logging_setup_gets_the_done_line_through_logging(logfile, cls):
     # Given the application added a handler of its own (a log shipper, say)
     logfile, ours = logfile
     ours()
@@ -81,7 +82,7 @@ def test_another_logging_setup_gets_the_done_line_through_logging(logfile):
             seen.append(record.getMessage())
 
     logging.getLogger().addHandler(Collect())
-    joblog = logsetup.JobLog("queued.worker")
+    joblog = cls("queued.worker")
     joblog.bind()
     # Then the line goes through logging, to both handlers
     joblog.done("X", "j" * 24, 1.5, res("q"))
@@ -534,24 +535,6 @@ def test_lane_joblog_lines_of_threads_carry_their_own_lane_and_class(logfile):
     assert len(written) == len(set(written)) == 4 * n
     pairs = {tuple(x.split()[2:4]) for x in written}
     assert pairs == {(f"tid=w3-{t + 1}", f"class=C{t}") for t in range(4)}
-
-
-def test_lane_joblog_under_another_logging_setup_goes_through_logging(logfile):
-    logfile, ours = logfile
-    ours()
-    seen = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            seen.append(record.getMessage())
-
-    logging.getLogger().addHandler(Collect())
-    joblog = logsetup.LaneJobLog("queued.worker")
-    joblog.bind()
-    assert joblog.handler is None
-    joblog.done("X", "j" * 24, 1.5, res("q"))
-    assert seen == ["done"]
-    assert lines(logfile) == [f" class=X jid={'j' * 24} elapsed=1.500 INFO queued.worker: done"]
 
 
 def test_text_done_lines_follow_a_change_of_class(logfile):

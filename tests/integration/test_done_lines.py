@@ -8,6 +8,7 @@ import signal
 import time
 
 import jobs
+import pytest
 from ackjobs import reserved_jids
 
 from harness import wait_for
@@ -51,29 +52,19 @@ def test_jobs_acked_by_a_unique_jobs_guard_have_their_lines_before_a_kill(daemon
     d.cleanup()
 
 
-def test_a_lanes_ack_sent_while_its_hook_runs_follows_its_done_line(daemon, producer, r):
-    # Given a worker of 2 jobs at once and a job whose after_succeeded hook waits at a gate
+@pytest.mark.parametrize("job", ["HookAtGate", "AsyncHookAtGate"])
+def test_a_lanes_ack_sent_while_its_hook_runs_follows_its_done_line(daemon, producer, r, job):
+    # Given a worker of 2 jobs at once and a job (sync, or async: run_async) whose
+    # after_succeeded hook waits at a gate
     d = daemon(concurrency=1, threads=2, require=REQUIRE)
     import ackjobs
-    jid = ackjobs.HookAtGate.perform_async("hook")
+    jid = getattr(ackjobs, job).perform_async("hook")
     # When its ack has gone out while the hook still runs
     wait_for(lambda: r.hget(jobs.RUNS, jid) == b"1" and reserved_jids(r) == [], 10,
              what="the job acked, its hook waiting")
     # Then its done line is already written
     assert done_jids(d.output()) == [jid]
     jobs.open_gate(r, "hook")
-    assert d.stop() == 0
-
-
-def test_an_async_lanes_ack_sent_while_its_hook_runs_follows_its_done_line(
-        daemon, producer, r):
-    d = daemon(concurrency=1, threads=2, require=REQUIRE)
-    import ackjobs
-    jid = ackjobs.AsyncHookAtGate.perform_async("ahook")
-    wait_for(lambda: r.hget(jobs.RUNS, jid) == b"1" and reserved_jids(r) == [], 10,
-             what="the job acked, its hook waiting")
-    assert done_jids(d.output()) == [jid]
-    jobs.open_gate(r, "ahook")
     assert d.stop() == 0
 
 
